@@ -1,0 +1,177 @@
+"""Selection x matrix -> Cell records (one verl run each) and the GitHub matrix that fans them out.
+
+Pure and deterministic: the same selection and matrix give the same cells, byte for byte, in the
+order level, variant (as written in matrix.yaml), family.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from verl_e2e.config import Family, Matrix, ModelRef, Variant
+from verl_e2e.errors import PlanError
+from verl_e2e.select import Selection
+
+SKILL_BRIDGE_TESTS = (
+    "tests/unit_tests/models/test_model_provider_mixin.py",
+    "tests/unit_tests/models/test_param_mapping.py",
+    "tests/unit_tests/training/test_integration.py",
+)
+
+
+@dataclass(frozen=True)
+class CellPhase:
+    name: str
+    env: dict[str, str]
+    args: list[str]
+    expect: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One verl run: a level's variant on one model family. `id` is stable across runs."""
+
+    id: str
+    level: int
+    variant: str
+    family: str
+    model: str
+    dummy_config: dict[str, Any] | None  # config overrides for verl's dummy-model path, or None
+    gpus: int
+    runs_on: list[str]
+    timeout_minutes: int
+    minutes: int
+    phases: list[CellPhase]
+    checks: list[str]
+    limitations: list[str]
+    bridge_tests: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def matrix_entry(self) -> dict[str, Any]:
+        """What one GitHub matrix job needs to pick a runner; the full cell travels in plan.json."""
+        return {
+            "id": self.id,
+            "level": self.level,
+            "variant": self.variant,
+            "family": self.family,
+            "model": self.model,
+            "gpus": self.gpus,
+            "runs_on": self.runs_on,
+            "timeout_minutes": self.timeout_minutes,
+        }
+
+
+def _model_env(matrix: Matrix, family: Family, ref: ModelRef, suffix: str) -> dict[str, str]:
+    paths = matrix.defaults.container_paths
+    env = {"MODEL_ID": ref.model, "MODEL_PATH": f"{paths['models']}/{ref.model}"}
+    if ref.dummy is not None:
+        env |= {
+            "USE_DUMMY_MODEL": "True",
+            "DUMMY_MODEL_CONFIG_PATH": f"{paths['models']}/dummy-configs/{family.name}{suffix}.json",
+            "DUMMY_MODEL_PATH": f"{paths['models']}/dummy/{family.name}{suffix}",
+        }
+    else:
+        env["USE_DUMMY_MODEL"] = "False"
+    return env
+
+
+def _runtime_env(matrix: Matrix, gpus: int) -> dict[str, str]:
+    paths = matrix.defaults.container_paths
+    env = {
+        "NUM_GPUS": str(gpus),
+        "TRAIN_FILES": f"{paths['datasets']}/gsm8k/train.parquet",
+        "VAL_FILES": f"{paths['datasets']}/gsm8k/test.parquet",
+        "HF_HOME": paths["hf_home"],
+    }
+    if matrix.defaults.reward_model:
+        env["RM_MODEL_PATH"] = f"{paths['models']}/{matrix.defaults.reward_model}"
+    return env
+
+
+def _limitations(matrix: Matrix, level: int, variant: Variant, family: Family, ref: ModelRef, kinds: frozenset[str]) -> list[str]:
+    out = list(matrix.levels[0].limitations)
+    if level != 0:
+        out += matrix.levels[level].limitations
+    out += variant.limitations
+    if ref.dummy is not None:
+        out.append(f"dummy model (random weights, {ref.model} architecture shrunk): proves construction and "
+                   "training mechanics only")
+    if "moe" in kinds and variant.env.get("COMMON_EP", matrix.base_env.get("COMMON_EP", "1")) == "1":
+        out.append("MoE at COMMON_EP=1: expert routing across ranks is not stressed")
+    if family.has("vlm") and variant.applies_to != "vlm":
+        out.append("VLM on text-only GSM8K: the vision path is not exercised")
+    if level != 5:
+        out.append("no convergence claim (smoke test)")
+    return list(dict.fromkeys(out))
+
+
+def _cell(matrix: Matrix, level: int, variant: Variant, family: Family, kinds: frozenset[str], model: str | None) -> Cell:
+    ref = family.model_for(variant.applies_to)
+    suffix = "-moe" if ref is family.moe_model else ""
+    if model is not None:
+        ref = ModelRef(model)
+    runner = matrix.runner_for(variant.gpus)
+    assert runner is not None  # config._build refuses a matrix whose runners are too small
+    lvl = matrix.levels[level]
+    base = dict(matrix.base_env)
+    common_args = list(matrix.levels[0].args) + (list(lvl.args) if level != 0 else []) + list(variant.args)
+    phases = []
+    for phase in variant.phases:
+        env = base | (dict(lvl.env) if level != 0 else {}) | dict(variant.env) | _model_env(matrix, family, ref, suffix)
+        env |= _runtime_env(matrix, variant.gpus) | dict(phase.env)
+        phases.append(CellPhase(phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect)))
+    tests = [*SKILL_BRIDGE_TESTS, *family.tests, f"tests/unit_tests/models/{family.name}"]
+    return Cell(
+        id=f"L{level}-{variant.name}-{family.name}",
+        level=level,
+        variant=variant.name,
+        family=family.name,
+        model=ref.model,
+        dummy_config=dict(ref.dummy) if ref.dummy is not None else None,
+        gpus=variant.gpus,
+        runs_on=list(runner[1]),
+        timeout_minutes=variant.timeout_minutes,
+        minutes=variant.minutes,
+        phases=phases,
+        checks=list(variant.checks),
+        limitations=_limitations(matrix, level, variant, family, ref, kinds),
+        bridge_tests=list(dict.fromkeys(tests)),
+    )
+
+
+def expand(matrix: Matrix, selection: Selection, model: str | None = None) -> list[Cell]:
+    """Every selected (level, family) x each variant whose `applies_to` is among the target's kinds."""
+    cells: list[Cell] = []
+    for level in selection.levels:
+        for variant in matrix.levels[level].variants:
+            for fam_name, kinds in selection.targets[level].items():
+                if variant.applies_to in kinds:
+                    cells.append(_cell(matrix, level, variant, matrix.families[fam_name], kinds, model))
+    limit = matrix.defaults.max_matrix_jobs
+    if len(cells) > limit:
+        raise PlanError(
+            f"the plan expands to {len(cells)} cells, but one GitHub matrix allows at most {limit} jobs; "
+            "narrow it with --levels or --family, or split the run"
+        )
+    return cells
+
+
+def gpu_minutes(cells: list[Cell]) -> int:
+    return sum(c.gpus * c.minutes for c in cells)
+
+
+def github_matrix(cells: list[Cell]) -> str:
+    """The `{"include": [...]}` JSON for `strategy.matrix`, compact and key-sorted."""
+    return json.dumps({"include": [c.matrix_entry() for c in cells]}, sort_keys=True, separators=(",", ":"))
+
+
+def cell_from_json(data: Mapping[str, Any]) -> Cell:
+    """Inverse of `Cell.to_json` (for cell.json in a run dir)."""
+    fields = dict(data)
+    fields["phases"] = [CellPhase(**p) for p in data["phases"]]
+    return Cell(**fields)

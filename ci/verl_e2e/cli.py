@@ -1,0 +1,205 @@
+"""Command line: `verl-e2e plan | validate | families`. The only place that turns errors into exit codes.
+
+Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matrix.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+import yaml
+
+from verl_e2e import __version__
+from verl_e2e.cells import expand
+from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
+from verl_e2e.config import LEVELS, default_matrix_path, load_matrix, validate_document
+from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
+from verl_e2e.examples import EXAMPLES
+from verl_e2e.plan import Plan, render_json, render_text, write_github
+from verl_e2e.select import select
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")
+
+
+def parse_levels(text: str) -> list[int] | None:
+    """'auto' -> None; 'all' -> 0..5; '0,2' -> [0, 2]."""
+    value = text.strip().lower()
+    if value == "auto":
+        return None
+    if value == "all":
+        return list(LEVELS)
+    levels: set[int] = set()
+    for part in value.replace(" ", "").split(","):
+        if not part.isdigit() or int(part) not in LEVELS:
+            raise UsageError(
+                f"--levels {text}: unknown level {part!r}; expected 'auto', 'all' or a comma list of 0-5 "
+                "(e.g. --levels 0,2)"
+            )
+        levels.add(int(part))
+    return sorted(levels)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="verl-e2e",
+        description="Run a Megatron-Bridge change inside verl's Megatron PPO loop: plan, run, judge, report.",
+    )
+    parser.add_argument("--version", action="version", version=f"verl-e2e {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    plan = sub.add_parser(
+        "plan",
+        help="choose coverage levels for a change and expand them into cells",
+        description="Choose coverage levels 0-5 from a change's paths (rules in matrix.yaml), or take them "
+        "from --levels, and expand them into cells: one verl run each.",
+        epilog="examples:\n  verl-e2e plan --example\n  git diff --name-status main... | verl-e2e plan --changed-files -\n"
+        "  verl-e2e plan --repo ../Megatron-Bridge --base origin/main --head HEAD --format json\n"
+        "  verl-e2e plan --levels 0,2 --family qwen_vl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = plan.add_argument_group("what changed (one of)")
+    src.add_argument("--changed-files", metavar="FILE", help="`git diff --name-status` lines or bare paths; '-' reads stdin")
+    src.add_argument("--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)")
+    src.add_argument("--example", nargs="?", const="new-provider", choices=sorted(EXAMPLES), help="plan a built-in example change (default: new-provider)")
+    plan.add_argument("--base", metavar="REV", help="base revision; the diff starts at its merge base with --head")
+    plan.add_argument("--head", metavar="REV", default=None, help="head revision (default: HEAD)")
+    plan.add_argument("--levels", default="auto", help="'auto' (from the rules), 'all', or a list such as 0,2 (default: auto)")
+    plan.add_argument("--family", action="append", default=[], metavar="NAME", help="run on this model family instead (repeatable or comma list)")
+    plan.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
+    plan.add_argument("--format", choices=("text", "json", "github"), default="text", help="output format (default: text)")
+    plan.add_argument("--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)")
+    plan.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
+
+    validate = sub.add_parser("validate", help="check a matrix.yaml against its schema and report every problem")
+    validate.add_argument("path", nargs="?", help="matrix.yaml (default: the one shipped)")
+
+    families = sub.add_parser("families", help="list the model families and their checkpoints")
+    families.add_argument("--matrix", metavar="PATH")
+    return parser
+
+
+def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile] | None, dict[str, object]]:
+    chosen = [n for n in ("changed_files", "repo", "example") if getattr(args, n) is not None]
+    if len(chosen) > 1:
+        raise UsageError(f"plan: --{chosen[0].replace('_', '-')} and --{chosen[1].replace('_', '-')} both given; pass only one source of changes")
+    if args.repo is None and (args.base or args.head):
+        raise UsageError("plan: --base/--head need --repo PATH (the Bridge checkout to diff)")
+    if args.changed_files is not None:
+        text = stdin.read() if args.changed_files == "-" else None
+        files = read_changed_files(args.changed_files, text)
+        return files, {"source": "changed-files", "summary": f"{len(files)} changed file(s)"}
+    if args.repo is not None:
+        if not args.base:
+            raise UsageError("plan: --repo needs --base REV (e.g. --base origin/main)")
+        files, merge_base, head = changes_from_git(args.repo, args.base, args.head or "HEAD")
+        return files, {
+            "source": "git", "merge_base": merge_base, "head": head,
+            "summary": f"{len(files)} changed file(s) at {head[:12]} against merge base {merge_base[:12]}",
+        }
+    if args.example is not None:
+        what, text = EXAMPLES[args.example]
+        files = parse_name_status(text, f"example {args.example}")
+        return files, {"source": f"example:{args.example}", "summary": f"example '{args.example}': {what}"}
+    return None, {"source": "none", "summary": "no changes given"}
+
+
+def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:
+    requested = parse_levels(args.levels)
+    families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
+    matrix = load_matrix(args.matrix)
+    files, context = _changes(args, stdin)
+    if files is None and requested is None:
+        raise UsageError(
+            "plan: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
+            "or explicit --levels (e.g. --levels 0)"
+        )
+    selection = select(matrix, files or [], requested, families)
+    cells = expand(matrix, selection, args.model)
+    plan = Plan(selection, cells, context)
+    if args.out:
+        Path(args.out).write_text(render_json(plan), encoding="utf-8")
+    if args.format == "json":
+        stdout.write(render_json(plan))
+    elif args.format == "github":
+        outputs = write_github(plan, matrix, env)
+        stdout.write(render_text(plan, matrix))
+        if not env.get("GITHUB_OUTPUT"):
+            stdout.write("".join(f"{k}={v}\n" for k, v in outputs.items()))
+    else:
+        stdout.write(render_text(plan, matrix))
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace, stdout: TextIO) -> int:
+    path = Path(args.path) if args.path else default_matrix_path()
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); pass the path of a matrix.yaml") from None
+    except yaml.YAMLError:
+        load_matrix(path)  # raises the formatted syntax error
+    from verl_e2e.config import _stringify_keys
+
+    problems = validate_document(_stringify_keys(document), str(path))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    matrix = load_matrix(path)  # cross-field checks (families, runners, globs, regexes)
+    stdout.write(
+        f"{path}: valid ({len(matrix.levels)} levels, {len(matrix.families)} families, "
+        f"{len(matrix.escalations) + len(matrix.rules)} rules)\n"
+    )
+    return 0
+
+
+def _cmd_families(args: argparse.Namespace, stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    for fam in matrix.families.values():
+        flags = [f for f in ("moe", "vlm", "mtp") if fam.flags.get(f)]
+        dummy = " (dummy)" if fam.model.dummy is not None else ""
+        stdout.write(f"{fam.name:<16} {fam.model.model}{dummy}  {' '.join(flags)}".rstrip() + "\n")
+    return 0
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    env = os.environ if env is None else env
+    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "plan":
+            return _cmd_plan(args, env, stdin, stdout)
+        if args.command == "validate":
+            return _cmd_validate(args, stdout)
+        if args.command == "families":
+            return _cmd_families(args, stdout)
+        parser.print_help(stdout)
+        return 2
+    except VerlE2EError as exc:
+        stderr.write(f"verl-e2e: error: {exc}\n")
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        stderr.write("verl-e2e: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

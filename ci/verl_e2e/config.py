@@ -1,0 +1,354 @@
+"""Load matrix.yaml, validate it against the shipped JSON Schema, and turn it into frozen dataclasses.
+
+Every refusal names the file, the key path (`$.levels.2.variants.moe.gpus`), what was found and what
+was expected, plus the closest valid key for a typo. All schema problems are reported in one go.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from verl_e2e.errors import ConfigError, did_you_mean
+from verl_e2e.globs import PathSet
+
+Flag = Literal["moe", "vlm", "mtp"]
+LEVELS = (0, 1, 2, 3, 4, 5)
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    env: Mapping[str, str]
+    args: tuple[str, ...]
+    expect: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    applies_to: Literal["all", "moe", "vlm", "mtp"]
+    gpus: int
+    minutes: int
+    timeout_minutes: int
+    env: Mapping[str, str]
+    args: tuple[str, ...]
+    limitations: tuple[str, ...]
+    checks: tuple[str, ...]
+    phases: tuple[Phase, ...]
+
+
+@dataclass(frozen=True)
+class Level:
+    id: int
+    title: str
+    proves: str
+    optional: bool
+    env: Mapping[str, str]
+    args: tuple[str, ...]
+    limitations: tuple[str, ...]
+    variants: tuple[Variant, ...]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    model: str
+    dummy: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A Bridge model directory and what to run it on. Flags are True, False or file globs."""
+
+    name: str
+    model: ModelRef
+    moe_model: ModelRef | None
+    flags: Mapping[str, bool | PathSet]
+    multimodal_command: str | None
+    tests: tuple[str, ...]
+
+    def has(self, flag: Flag, files_in_family: tuple[str, ...] | None = None) -> bool:
+        """Whether the flag applies; a glob-limited flag applies only if one of the files matches it."""
+        value = self.flags.get(flag, False)
+        if isinstance(value, bool):
+            return value
+        if files_in_family is None:
+            return True
+        return any(value.matches(f) for f in files_in_family)
+
+    def model_for(self, flag: str) -> ModelRef:
+        return self.moe_model if flag == "moe" and self.moe_model is not None else self.model
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    why: str
+    paths: PathSet
+    levels: frozenset[int]
+    family: Literal["changed", "default"]
+    diff: re.Pattern[str] | None = None
+    when_no_diff: Literal["match", "skip"] = "match"
+    only: Flag | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    family: str
+    verl_repo: str
+    verl_ref: str
+    image: str
+    wrapper: str
+    reward_model: str | None
+    container_paths: Mapping[str, str]
+    host_cache: str
+    max_matrix_jobs: int
+
+
+@dataclass(frozen=True)
+class Matrix:
+    source: str
+    defaults: Defaults
+    runners: tuple[tuple[int, tuple[str, ...]], ...]  # ascending GPU counts
+    levels: Mapping[int, Level]
+    families: Mapping[str, Family]
+    escalations: tuple[Rule, ...]
+    ignore: tuple[tuple[str, PathSet], ...]
+    rules: tuple[Rule, ...]
+    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def base_env(self) -> Mapping[str, str]:
+        return self.levels[0].env
+
+    def runner_for(self, gpus: int) -> tuple[int, tuple[str, ...]] | None:
+        return next(((n, labels) for n, labels in self.runners if n >= gpus), None)
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files("verl_e2e").joinpath("schema/matrix.schema.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def default_matrix_path() -> Path:
+    """The matrix shipped in the wheel, or the repository's own when running from a checkout."""
+    packaged = resources.files("verl_e2e").joinpath("data/matrix.yaml")
+    if packaged.is_file():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "matrix.yaml"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps timestamps as strings, so a date-like value is never silently retyped."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _stringify_keys(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {str(k): _stringify_keys(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_stringify_keys(v) for v in node]
+    return node
+
+
+def _key_path(error: ValidationError) -> str:
+    parts = ["$"]
+    for p in error.absolute_path:
+        parts.append(f"[{p}]" if isinstance(p, int) else f".{p}")
+    return "".join(parts)
+
+
+def _describe(error: ValidationError) -> str:
+    """One readable sentence for a schema error, with a 'did you mean' for unknown keys."""
+    found = json.dumps(error.instance, default=str)
+    if len(found) > 60:
+        found = found[:57] + "..."
+    validator, expected = error.validator, error.validator_value
+    if validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - allowed)
+        hints = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in extra)
+        return f"unknown key {hints}; expected one of: {', '.join(sorted(allowed))}"
+    if validator == "required":
+        missing = [k for k in expected if k not in error.instance]
+        return f"missing required key {', '.join(repr(k) for k in missing)}"
+    if validator == "propertyNames":
+        return f"key {found} is not allowed here ({error.message})"
+    if validator == "type":
+        return f"found {found}, expected {expected if isinstance(expected, str) else ' or '.join(expected)}"
+    if validator == "enum":
+        return f"found {found}, expected one of {', '.join(json.dumps(v) for v in expected)}" + (
+            did_you_mean(str(error.instance), [str(v) for v in expected])
+        )
+    if validator in ("minimum", "maximum", "minItems", "minLength", "pattern", "const", "uniqueItems"):
+        return f"found {found}, expected {validator} {json.dumps(expected)}"
+    return f"found {found}: {error.message}"
+
+
+def validate_document(document: Any, source: str) -> list[str]:
+    """All schema problems of a loaded document, as `file::$.path: message` lines."""
+    validator = Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    lines = []
+    for error in errors:
+        best = error
+        if error.validator in ("oneOf", "anyOf") and error.context:
+            best = min(error.context, key=lambda e: len(list(e.relative_path)) * -1)
+        lines.append(f"{source}::{_key_path(error)}: {_describe(best)}")
+    return lines
+
+
+def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:
+    """Read, validate and build the matrix. Raises ConfigError with every problem found."""
+    file = Path(path) if path is not None else default_matrix_path()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read the matrix ({exc.strerror}); pass --matrix PATH to a matrix.yaml") from None
+    try:
+        document = _stringify_keys(yaml.load(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{file}: not valid YAML{where}: {problem}; fix the syntax") from None
+    problems = validate_document(document, str(file))
+    if problems:
+        raise ConfigError(_join(problems, file))
+    return _build(document, str(file))
+
+
+def _join(problems: list[str], file: Path) -> str:
+    more = f" (and {len(problems) - 1} more problem(s); run `verl-e2e validate {file}` to list all)"
+    return problems[0] + (more if len(problems) > 1 else "")
+
+
+# ---------------------------------------------------------------------------------------- building
+
+
+def _env(node: Mapping[str, Any] | None) -> Mapping[str, str]:
+    return dict(node or {})
+
+
+def _rule(node: Mapping[str, Any], where: str) -> Rule:
+    pattern = None
+    if "diff" in node:
+        try:
+            pattern = re.compile(node["diff"])
+        except re.error as exc:
+            raise ConfigError(f"{where}.diff: invalid regular expression ({exc}); fix the pattern") from None
+    return Rule(
+        name=node["name"],
+        why=node["why"],
+        paths=PathSet.parse(node["paths"], f"{where}.paths"),
+        levels=frozenset(node["levels"]),
+        family=node.get("family", "default"),
+        diff=pattern,
+        when_no_diff=node.get("when_no_diff", "match"),
+        only=node.get("only"),
+    )
+
+
+def _family(name: str, node: Mapping[str, Any]) -> Family:
+    flags: dict[str, bool | PathSet] = {}
+    for flag in ("moe", "vlm", "mtp"):
+        value = node.get(flag, False)
+        flags[flag] = value if isinstance(value, bool) else PathSet.parse(value, f"$.families.{name}.{flag}")
+    moe = node.get("moe_model")
+    return Family(
+        name=name,
+        model=ModelRef(node["model"], node.get("dummy")),
+        moe_model=ModelRef(moe["model"], moe.get("dummy")) if moe else None,
+        flags=flags,
+        multimodal_command=node.get("multimodal_command"),
+        tests=tuple(node.get("tests", ())),
+    )
+
+
+def _variant(name: str, node: Mapping[str, Any]) -> Variant:
+    return Variant(
+        name=name,
+        applies_to=node.get("applies_to", "all"),
+        gpus=node["gpus"],
+        minutes=node["minutes"],
+        timeout_minutes=node["timeout_minutes"],
+        env=_env(node.get("env")),
+        args=tuple(node.get("args", ())),
+        limitations=tuple(node.get("limitations", ())),
+        checks=tuple(node["checks"]),
+        phases=tuple(
+            Phase(p["name"], _env(p.get("env")), tuple(p.get("args", ())), dict(p.get("expect", {})))
+            for p in node["phases"]
+        ),
+    )
+
+
+def _build(doc: Mapping[str, Any], source: str) -> Matrix:
+    d = doc["defaults"]
+    defaults = Defaults(
+        family=d["family"],
+        verl_repo=d.get("verl_repo", "https://github.com/verl-project/verl"),
+        verl_ref=d["verl_ref"],
+        image=d["image"],
+        wrapper=d["wrapper"],
+        reward_model=d.get("reward_model"),
+        container_paths=dict(d["container_paths"]),
+        host_cache=d.get("host_cache", "/var/cache/verl-e2e"),
+        max_matrix_jobs=d.get("max_matrix_jobs", 256),
+    )
+    families = {name: _family(name, node) for name, node in sorted(doc["families"].items())}
+    if defaults.family not in families:
+        raise ConfigError(
+            f"{source}::$.defaults.family: found {defaults.family!r}, expected a key of $.families"
+            f"{did_you_mean(defaults.family, families)}; add the family or pick an existing one"
+        )
+    levels = {
+        int(k): Level(
+            id=int(k),
+            title=v["title"],
+            proves=v.get("proves", ""),
+            optional=v.get("optional", False),
+            env=_env(v.get("env")),
+            args=tuple(v.get("args", ())),
+            limitations=tuple(v.get("limitations", ())),
+            variants=tuple(_variant(n, node) for n, node in v["variants"].items()),
+        )
+        for k, v in doc["levels"].items()
+    }
+    runners = tuple(sorted((int(k), tuple(v)) for k, v in doc["runners"].items()))
+    need = max(v.gpus for lvl in levels.values() for v in lvl.variants)
+    if runners[-1][0] < need:
+        raise ConfigError(
+            f"{source}::$.runners: the largest runner has {runners[-1][0]} GPUs, but a variant needs {need}; "
+            "add a runner with enough GPUs"
+        )
+    escalations = tuple(_rule(r, f"{source}::$.escalations[{i}]") for i, r in enumerate(doc.get("escalations", [])))
+    rules = tuple(_rule(r, f"{source}::$.rules[{i}]") for i, r in enumerate(doc["rules"]))
+    seen: set[str] = set()
+    for rule in (*escalations, *rules):
+        if rule.name in seen:
+            raise ConfigError(f"{source}: rule name {rule.name!r} appears twice; rule names must be unique")
+        seen.add(rule.name)
+    ignore = tuple((name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items())
+    return Matrix(source, defaults, runners, levels, families, escalations, ignore, rules, raw=doc)

@@ -1,0 +1,140 @@
+"""The plan contract (`--format json`) and its human renderings (text, GitHub step summary).
+
+JSON is a stable contract read by the workflows and by people's tooling: `schema_version`, `levels`,
+`families`, `reasons` (level -> [{rule, why, family, paths}]), `skipped` (level -> why), `cells`,
+`gpu_minutes`, `matrix` (the GitHub `{"include": [...]}`) plus context. Keys are sorted and the
+output is byte-for-byte reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_e2e.cells import Cell, github_matrix, gpu_minutes
+from verl_e2e.config import Matrix
+from verl_e2e.select import Selection
+
+SCHEMA_VERSION = 1
+MAX_PATHS_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Plan:
+    selection: Selection
+    cells: list[Cell]
+    context: dict[str, Any] = field(default_factory=dict)  # source, base/head/merge base, changed-file count
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.selection
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "requested": s.requested,
+            "levels": list(s.levels),
+            "families": list(s.families),
+            "reasons": {str(lv): [r.to_json() for r in rs] for lv, rs in s.reasons.items()},
+            "skipped": {str(lv): why for lv, why in s.skipped.items()},
+            "ignored": {g: list(p) for g, p in s.ignored.items()},
+            "cosmetic": list(s.cosmetic),
+            "unmatched": list(s.unmatched),
+            "warnings": list(s.warnings),
+            "cells": [c.to_json() for c in self.cells],
+            "gpu_minutes": gpu_minutes(self.cells),
+            "matrix": json.loads(github_matrix(self.cells)),
+            "context": self.context,
+        }
+
+
+def render_json(plan: Plan) -> str:
+    return json.dumps(plan.to_json(), sort_keys=True, indent=2) + "\n"
+
+
+def _paths(paths: tuple[str, ...]) -> str:
+    shown = ", ".join(paths[:MAX_PATHS_SHOWN])
+    return shown + (f" and {len(paths) - MAX_PATHS_SHOWN} more" if len(paths) > MAX_PATHS_SHOWN else "")
+
+
+def render_text(plan: Plan, matrix: Matrix) -> str:
+    s, ctx = plan.selection, plan.context
+    out = [f"verl-e2e plan: {ctx.get('summary', '')}".rstrip()]
+    for name, paths in s.ignored.items():
+        out.append(f"  ignored ({name}): {_paths(paths)}")
+    if s.cosmetic:
+        out.append(f"  comment/docstring-only: {_paths(s.cosmetic)}")
+    if s.unmatched:
+        out.append(f"  no rule matched: {_paths(s.unmatched)}")
+    out.append("")
+    out.append("Selected levels:" if s.levels else "Selected levels: none")
+    for level in s.levels:
+        out.append(f"  Level {level}  {matrix.levels[level].title}")
+        for r in s.reasons.get(level, ()):
+            where = f": {_paths(r.paths)}" if r.paths else ""
+            out.append(f"    - {r.rule} [{r.family}]{where}")
+            out.append(f"      {r.why}")
+    out.append("")
+    out.append("Skipped levels:" if s.skipped else "Skipped levels: none")
+    for level, why in s.skipped.items():
+        out.append(f"  Level {level}  {matrix.levels[level].title}: {why}")
+        out.append(f"    request it with a PR comment: /verl-e2e level={level}")
+    for warning in s.warnings:
+        out.append(f"warning: {warning}")
+    out.append("")
+    out.append(f"Cells: {len(plan.cells)} (about {gpu_minutes(plan.cells)} GPU-minutes)")
+    width = max((len(c.id) for c in plan.cells), default=0)
+    for c in plan.cells:
+        dummy = " (dummy)" if c.dummy_config is not None else ""
+        out.append(f"  {c.id:<{width}}  {c.gpus} GPU  {c.timeout_minutes:>3} min  {c.model}{dummy}")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(plan: Plan, matrix: Matrix) -> str:
+    """The plan as a GitHub job summary."""
+    s = plan.selection
+    lines = ["## verl-e2e plan", ""]
+    if plan.context.get("summary"):
+        lines += [plan.context["summary"], ""]
+    if not plan.cells:
+        lines += ["No verl run is needed for this change.", ""]
+    else:
+        lines += [f"**{len(plan.cells)} cells**, about {gpu_minutes(plan.cells)} GPU-minutes.", ""]
+        lines += ["| Cell | Level | Model | GPUs | Timeout |", "|---|---|---|---|---|"]
+        for c in plan.cells:
+            lines.append(f"| `{c.id}` | {c.level} {matrix.levels[c.level].title} | `{c.model}` | {c.gpus} | {c.timeout_minutes} min |")
+        lines.append("")
+    lines += ["| Level | Selected | Why |", "|---|---|---|"]
+    for level in sorted(matrix.levels):
+        if level in s.reasons:
+            why = "; ".join(f"`{r.rule}` ({r.family})" for r in s.reasons[level])
+            lines.append(f"| {level} {matrix.levels[level].title} | yes | {why} |")
+        else:
+            why = s.skipped.get(level, "").replace("|", "\\|")
+            lines.append(f"| {level} {matrix.levels[level].title} | no | {why} (`/verl-e2e level={level}`) |")
+    for warning in s.warnings:
+        lines += ["", f"> [!WARNING]\n> {warning}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str], stdout: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Append `levels`, `matrix`, `has_cells` to $GITHUB_OUTPUT and the markdown to $GITHUB_STEP_SUMMARY.
+
+    Values go through the heredoc form with a random delimiter, so no value can end the block early.
+    Returns the outputs (also what gets printed when the files are not set, e.g. locally).
+    """
+    outputs = {
+        "levels": json.dumps(list(plan.selection.levels), separators=(",", ":")),
+        "matrix": github_matrix(plan.cells),
+        "has_cells": "true" if plan.cells else "false",
+    }
+    if env.get("GITHUB_OUTPUT"):
+        with Path(env["GITHUB_OUTPUT"]).open("a", encoding="utf-8") as fh:
+            for key, value in outputs.items():
+                delimiter = f"ghadelim_{secrets.token_hex(8)}"
+                fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with Path(env["GITHUB_STEP_SUMMARY"]).open("a", encoding="utf-8") as fh:
+            fh.write(render_markdown(plan, matrix))
+    return outputs
