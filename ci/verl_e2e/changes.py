@@ -63,8 +63,11 @@ def parse_name_status(text: str, source: str = "changed files") -> list[ChangedF
             problems.append(f"line {number}: unknown status {status!r}")
             continue
         want = 3 if letter in "RC" else 2
-        if len(fields) != want or not all(f.strip() for f in fields[1:]):
+        if len(fields) != want:
             problems.append(f"line {number}: status {letter} needs {want - 1} path(s), found {len(fields) - 1}")
+            continue
+        if not all(f.strip() for f in fields[1:]):
+            problems.append(f"line {number}: empty path")
             continue
         if letter in "RC":
             files.append(ChangedFile(path=_clean(fields[2]), status=letter, old_path=_clean(fields[1])))

@@ -78,13 +78,11 @@ class Family:
     multimodal_command: str | None
     tests: tuple[str, ...]
 
-    def has(self, flag: Flag, files_in_family: tuple[str, ...] | None = None) -> bool:
+    def has(self, flag: Flag, files_in_family: tuple[str, ...] = ()) -> bool:
         """Whether the flag applies; a glob-limited flag applies only if one of the files matches it."""
         value = self.flags.get(flag, False)
         if isinstance(value, bool):
             return value
-        if files_in_family is None:
-            return True
         return any(value.matches(f) for f in files_in_family)
 
     def model_for(self, flag: str) -> ModelRef:
@@ -128,6 +126,9 @@ class Matrix:
     rules: tuple[Rule, ...]
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"Matrix({self.source!r})"
+
     @property
     def base_env(self) -> Mapping[str, str]:
         return self.levels[0].env
@@ -154,8 +155,11 @@ def default_matrix_path() -> Path:
     return Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps timestamps as strings, so a date-like value is never silently retyped."""
+_SafeBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+class _Loader(_SafeBase):  # type: ignore[valid-type,misc]
+    """Safe loader that keeps timestamps as strings, so a date-like value is never silently retyped."""
 
 
 _Loader.yaml_implicit_resolvers = {

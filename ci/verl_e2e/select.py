@@ -79,7 +79,7 @@ def _relative(path: str) -> str:
     return path[len(MODELS_PREFIX) :].split("/", 1)[1]
 
 
-def _active_flags(family: Family, rel_paths: tuple[str, ...] | None) -> set[str]:
+def _active_flags(family: Family, rel_paths: tuple[str, ...] = ()) -> set[str]:
     return {f for f in FLAGS if family.has(f, rel_paths)}  # type: ignore[arg-type]
 
 
@@ -216,7 +216,7 @@ def _explicit(
     out = _Collector()
     for fam in families:
         flags = set().union(*(col.kinds[lv].get(fam, set()) for lv in col.kinds)) - {"all"}
-        flags |= _active_flags(matrix.families[fam], None)
+        flags |= _active_flags(matrix.families[fam])
         for level in levels:
             why = "requested explicitly" if level in requested else "Level 0 is the base of every level"
             out.add(level, fam, {"all", *flags}, "requested" if level in requested else "implied", why, None)
@@ -234,8 +234,9 @@ def _finish(
     requested: str,
     files: Sequence[ChangedFile] | None,
 ) -> Selection:
+    order = {r.name: i for i, r in enumerate((*matrix.escalations, *matrix.rules))}
     reasons: dict[int, list[Reason]] = defaultdict(list)
-    for (level, rule, fam), (why, paths) in col.hits.items():
+    for (level, rule, fam), (why, paths) in sorted(col.hits.items(), key=lambda kv: (order.get(kv[0][1], len(order)), kv[0])):
         reasons[level].append(Reason(rule, why, fam, tuple(sorted(paths))))
     targets = {lv: {f: frozenset(k) for f, k in sorted(fams.items())} for lv, fams in sorted(col.kinds.items())}
     skipped = {}
@@ -251,7 +252,7 @@ def _finish(
         ignored={g: tuple(sorted(p)) for g, p in sorted(ignored.items())},
         cosmetic=tuple(sorted(cosmetic)),
         unmatched=unmatched,
-        warnings=tuple(dict.fromkeys(warnings)),
+        warnings=tuple(sorted(set(warnings))),
         requested=requested,
     )
 

@@ -1,0 +1,58 @@
+"""Shared fixtures: the shipped matrix, a CLI runner in-process, and a subprocess runner."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from verl_e2e.cli import main
+from verl_e2e.config import Matrix, load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def matrix() -> Matrix:
+    return load_matrix(ROOT / "matrix.yaml")
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli() -> Callable[..., Result]:
+    """Run `verl-e2e` in-process with its own streams and environment."""
+
+    def run(*argv: str, stdin: str = "", env: dict[str, str] | None = None) -> Result:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(list(argv), env=env or {}, stdin=io.StringIO(stdin), stdout=out, stderr=err)
+        return Result(code, out.getvalue(), err.getvalue())
+
+    return run
+
+
+@pytest.fixture
+def subproc() -> Callable[..., Result]:
+    """Run the real console entry point in a subprocess (what users and workflows do)."""
+
+    def run(*argv: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")} | (env or {})
+        proc = subprocess.run(
+            [sys.executable, "-m", "verl_e2e", *argv], input=stdin, capture_output=True, text=True,
+            env=full_env, cwd=cwd or ROOT, timeout=120, check=False,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run

@@ -1,0 +1,126 @@
+"""Level selection: table-driven over realistic Bridge changes, plus the request/override paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_e2e.changes import ChangedFile, parse_name_status
+from verl_e2e.config import Matrix
+from verl_e2e.errors import UsageError
+from verl_e2e.select import select
+
+M = "src/megatron/bridge/models"
+
+TABLE = [
+    # name, changed files, expected levels, expected families
+    ("docs only", ["docs/index.md", "README.md"], [], []),
+    ("tests only", ["tests/unit_tests/models/qwen/test_x.py"], [], []),
+    ("recipes are off-surface", ["src/megatron/bridge/recipes/qwen/qwen3.py"], [], []),
+    ("bridge data and step code", [f"{M}/glm_vl/data/collate_fn.py", f"{M}/qwen_vl/qwen3_vl_step.py"], [], []),
+    ("dense provider", [f"{M}/llama/llama_bridge.py"], [0], ["llama"]),
+    ("VLM family adds Level 4", [f"{M}/gemma_vl/modeling_gemma4_vl.py"], [0, 4], ["gemma_vl"]),
+    ("MoE provider adds parallelism", [f"{M}/olmoe/olmoe_provider.py"], [0, 2, 4], ["olmoe"]),
+    ("MoE bridge without provider", [f"{M}/gpt_oss/gpt_oss_bridge.py"], [0, 4], ["gpt_oss"]),
+    ("glob-limited MoE flag: dense file", [f"{M}/qwen/qwen2_bridge.py"], [0], ["qwen"]),
+    ("glob-limited MoE flag: MoE file", [f"{M}/qwen/qwen3_moe_bridge.py"], [0, 4], ["qwen"]),
+    ("HF export", [f"{M}/conversion/model_bridge.py"], [0, 1], ["qwen"]),
+    ("param mapping", [f"{M}/conversion/param_mapping.py"], [0, 1, 2], ["qwen"]),
+    ("quantized weights", [f"{M}/conversion/quantization_utils.py"], [0, 4], ["qwen"]),
+    ("PEFT", ["src/megatron/bridge/peft/lora.py"], [0, 5], ["qwen"]),
+    ("fused kernels", ["src/megatron/bridge/utils/fusions.py"], [0, 5], ["qwen"]),
+    ("submodule bump", ["3rdparty/Megatron-LM"], [0], ["qwen"]),
+    ("lockfile without diff is conservative", ["uv.lock"], [0], ["qwen"]),
+    ("Bridge's own pyproject elsewhere", ["docker/common/fw_pyproject.toml"], [], []),
+    ("FSDP integration", ["src/megatron/bridge/training/megatron_fsdp_adapter.py"], [0, 3], ["qwen"]),
+    ("checkpointing needs the diff", ["src/megatron/bridge/training/checkpointing.py"], [], []),
+    ("Bridge-only training code", ["src/megatron/bridge/training/train.py"], [], []),
+    ("two families", [f"{M}/llama/llama_bridge.py", f"{M}/ministral3/ministral3_bridge.py"], [0, 4], ["llama", "ministral3"]),
+]
+
+
+@pytest.mark.parametrize(("name", "paths", "levels", "families"), TABLE, ids=[t[0] for t in TABLE])
+def test_selection_table(matrix: Matrix, name: str, paths: list[str], levels: list[int], families: list[str]) -> None:
+    selection = select(matrix, [ChangedFile(p) for p in paths])
+    assert list(selection.levels) == levels
+    assert list(selection.families) == families
+
+
+def test_level4_runs_only_on_the_flagged_family(matrix: Matrix) -> None:
+    files = [ChangedFile(f"{M}/llama/llama_bridge.py"), ChangedFile(f"{M}/ministral3/ministral3_bridge.py")]
+    selection = select(matrix, files)
+    assert set(selection.targets[4]) == {"ministral3"}
+    assert selection.targets[4]["ministral3"] == frozenset({"vlm"})
+
+
+def test_reasons_name_rule_and_paths(matrix: Matrix) -> None:
+    selection = select(matrix, [ChangedFile(f"{M}/conversion/model_bridge.py")])
+    (reason,) = [r for r in selection.reasons[1]]
+    assert reason.rule == "hf-import-export" and reason.paths == (f"{M}/conversion/model_bridge.py",)
+    assert "save/resume" not in selection.skipped  # selected levels carry no skip reason
+    assert "no changed path matched its rules" in selection.skipped[5]
+    assert "peft" in selection.skipped[5]
+
+
+def test_levels_above_zero_imply_level0_for_the_same_family(matrix: Matrix) -> None:
+    selection = select(matrix, [ChangedFile("src/megatron/bridge/peft/lora.py")])
+    assert set(selection.targets[0]) == set(selection.targets[5]) == {"qwen"}
+
+
+def test_rename_counts_old_and_new_path(matrix: Matrix) -> None:
+    files = parse_name_status(f"R100\t{M}/llama/x.py\tdocs/x.md\n")
+    selection = select(matrix, files)
+    assert selection.families == ("llama",)  # the old path under models/llama still counts
+
+
+def test_diff_condition_decides_when_the_diff_is_known(matrix: Matrix) -> None:
+    lock = "uv.lock"
+    bump_unrelated = ChangedFile(lock, diff_lines=('name = "smart-open"', 'version = "7.1.0"'))
+    bump_core = ChangedFile(lock, diff_lines=('name = "megatron-core"', 'version = "0.14.0"'))
+    assert select(matrix, [bump_unrelated]).levels == ()
+    assert select(matrix, [bump_core]).levels == (0,)
+    ckpt = "src/megatron/bridge/training/checkpointing.py"
+    assert select(matrix, [ChangedFile(ckpt, diff_lines=("def apply_peft_adapter_filter(x):",))]).levels == (0, 1)
+    assert select(matrix, [ChangedFile(ckpt, diff_lines=("energon_state = 1",))]).levels == ()
+    dense = f"{M}/llama/llama_provider.py"
+    assert 2 in select(matrix, [ChangedFile(dense, diff_lines=("    def finalize(self):",))]).levels
+    assert 2 not in select(matrix, [ChangedFile(dense, diff_lines=("    rotary_base = 5e5",))]).levels
+
+
+def test_undecided_rules_are_explained(matrix: Matrix) -> None:
+    selection = select(matrix, [ChangedFile("src/megatron/bridge/training/checkpointing.py")])
+    assert "checkpointing needs the diff to decide (plan with --repo)" in selection.skipped[1]
+
+
+def test_cosmetic_python_changes_are_discounted(matrix: Matrix) -> None:
+    selection = select(matrix, [ChangedFile(f"{M}/qwen_vl/modelling_qwen3_vl/model.py", diff_lines=("# c",), cosmetic=True)])
+    assert selection.levels == () and selection.cosmetic == (f"{M}/qwen_vl/modelling_qwen3_vl/model.py",)
+
+
+def test_unknown_model_directory_warns_and_uses_default(matrix: Matrix) -> None:
+    selection = select(matrix, [ChangedFile(f"{M}/brandnew/brandnew_provider.py", "A")])
+    assert selection.families == ("qwen",)
+    assert any("'brandnew' has no entry under families" in w for w in selection.warnings)
+
+
+def test_explicit_levels_replace_selection_but_keep_families(matrix: Matrix) -> None:
+    files = [ChangedFile(f"{M}/gemma_vl/gemma3_vl_bridge.py")]
+    selection = select(matrix, files, requested=[2, 3])
+    assert selection.levels == (0, 2, 3)
+    assert selection.families == ("gemma_vl",)
+    assert selection.requested == "2,3"
+    assert selection.skipped[1] == "not requested"
+
+
+def test_explicit_levels_without_changes_use_default_family(matrix: Matrix) -> None:
+    selection = select(matrix, [], requested=[0])
+    assert selection.targets == {0: {"qwen": frozenset({"all"})}}
+
+
+def test_family_override(matrix: Matrix) -> None:
+    selection = select(matrix, [ChangedFile("src/megatron/bridge/peft/lora.py")], family_override=["llama"])
+    assert selection.families == ("llama",) and selection.levels == (0, 5)
+
+
+def test_unknown_family_override_suggests(matrix: Matrix) -> None:
+    with pytest.raises(UsageError, match="unknown family.*did you mean 'llama'"):
+        select(matrix, [], requested=[0], family_override=["lama"])
