@@ -47,11 +47,19 @@ def cli() -> Callable[..., Result]:
 def subproc() -> Callable[..., Result]:
     """Run the real console entry point in a subprocess (what users and workflows do)."""
 
-    def run(*argv: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
+    def run(
+        *argv: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> Result:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")} | (env or {})
         proc = subprocess.run(
-            [sys.executable, "-m", "verl_e2e", *argv], input=stdin, capture_output=True, text=True,
-            env=full_env, cwd=cwd or ROOT, timeout=120, check=False,
+            [sys.executable, "-m", "verl_e2e", *argv],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=full_env,
+            cwd=cwd or ROOT,
+            timeout=120,
+            check=False,
         )
         return Result(proc.returncode, proc.stdout, proc.stderr)
 

@@ -27,7 +27,11 @@ def _cells(matrix: Matrix, paths: list[str], **kw: object) -> list:
 def test_cell_ids_and_order(matrix: Matrix) -> None:
     cells = _cells(matrix, [f"{M}/olmoe/olmoe_provider.py", f"{M}/conversion/model_bridge.py"])
     assert [c.id for c in cells] == [
-        "L0-lora-ddp-olmoe", "L0-lora-ddp-qwen", "L1-save-resume-qwen", "L2-moe-olmoe", "L4-expert-parallel-olmoe",
+        "L0-lora-ddp-olmoe",
+        "L0-lora-ddp-qwen",
+        "L1-save-resume-qwen",
+        "L2-moe-olmoe",
+        "L4-expert-parallel-olmoe",
     ]
 
 
@@ -84,7 +88,16 @@ def test_github_matrix_shape(matrix: Matrix) -> None:
     cells = _cells(matrix, ["src/megatron/bridge/peft/lora.py"])
     data = json.loads(github_matrix(cells))
     assert [e["id"] for e in data["include"]] == ["L0-lora-ddp-qwen", "L5-learning-signal-qwen"]
-    assert set(data["include"][0]) == {"id", "level", "variant", "family", "model", "gpus", "runs_on", "timeout_minutes"}
+    assert set(data["include"][0]) == {
+        "id",
+        "level",
+        "variant",
+        "family",
+        "model",
+        "gpus",
+        "runs_on",
+        "timeout_minutes",
+    }
 
 
 def test_matrix_limit_is_refused_clearly(matrix: Matrix) -> None:
@@ -94,7 +107,9 @@ def test_matrix_limit_is_refused_clearly(matrix: Matrix) -> None:
 
 
 def test_every_family_at_every_level_stays_under_github_limit(matrix: Matrix) -> None:
-    cells = expand(matrix, select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=["qwen_vl", "deepseek"]))
+    cells = expand(
+        matrix, select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=["qwen_vl", "deepseek"])
+    )
     assert len({c.id for c in cells}) == len(cells)
 
 
@@ -104,9 +119,16 @@ def test_cell_json_round_trip(matrix: Matrix) -> None:
 
 
 ALL_PATHS = [
-    f"{M}/olmoe/olmoe_provider.py", f"{M}/qwen_vl/qwen3_vl_bridge.py", f"{M}/llama/llama_bridge.py",
-    f"{M}/conversion/param_mapping.py", "src/megatron/bridge/peft/lora.py", "3rdparty/Megatron-LM",
-    "docs/a.md", "tests/unit_tests/x.py", f"{M}/brandnew/x.py", "src/megatron/bridge/utils/fusions.py",
+    f"{M}/olmoe/olmoe_provider.py",
+    f"{M}/qwen_vl/qwen3_vl_bridge.py",
+    f"{M}/llama/llama_bridge.py",
+    f"{M}/conversion/param_mapping.py",
+    "src/megatron/bridge/peft/lora.py",
+    "3rdparty/Megatron-LM",
+    "docs/a.md",
+    "tests/unit_tests/x.py",
+    f"{M}/brandnew/x.py",
+    "src/megatron/bridge/utils/fusions.py",
 ]
 
 

@@ -13,7 +13,10 @@ from verl_e2e.errors import UsageError
 
 
 def test_parses_statuses_renames_and_bare_paths() -> None:
-    text = "M\tsrc/a.py\nA\tsrc/b.py\nD\tsrc/c.py\nR087\told/x.py\tnew/x.py\n./bare/path.py\n\n# note\r\nC100\ta\tb\n"
+    text = (
+        "M\tsrc/a.py\nA\tsrc/b.py\nD\tsrc/c.py\nR087\told/x.py\tnew/x.py\n"
+        "./bare/path.py\n\n# note\r\nC100\ta\tb\n"
+    )
     files = parse_name_status(text)
     assert files == [
         ChangedFile("src/a.py", "M"),
@@ -43,7 +46,7 @@ def test_malformed_lines_are_reported_with_line_numbers(text: str, message: str)
 
 
 def test_all_problems_reported_at_once() -> None:
-    with pytest.raises(UsageError, match="line 1.*line 2.*line 3.*and 1 more"):
+    with pytest.raises(UsageError, match=r"line 1.*line 2.*line 3.*and 1 more"):
         parse_name_status("Q\ta\nZ\tb\nY\tc\nW\td\n")
 
 
@@ -51,7 +54,11 @@ def test_all_problems_reported_at_once() -> None:
     ("old", "new", "cosmetic"),
     [
         (b"x = 1\n", b"x = 1  # why\n", True),
-        (b'def f():\n    """Old."""\n    return 1\n', b'def f():\n    """New words."""\n    return 1\n', True),
+        (
+            b'def f():\n    """Old."""\n    return 1\n',
+            b'def f():\n    """New words."""\n    return 1\n',
+            True,
+        ),
         (b"def f():\n    return 1\n", b'def f():\n    """Added docstring."""\n    return 1\n', True),
         (b"x = 1\n", b"x = 2\n", False),
         (b'X = "a"\n', b'X = "b"\n', False),  # a string constant is code, not a docstring
@@ -74,14 +81,23 @@ def bridge_repo(tmp_path: Path) -> Path:
     _git(repo.parent, "init", "-q", "-b", "main", str(repo))
     _git(repo, "config", "user.email", "ci@example.com")
     _git(repo, "config", "user.name", "CI")
-    (repo / "src/megatron/bridge/models/qwen/qwen_provider.py").write_text('def f():\n    """Doc."""\n    return 1\n')
+    (repo / "src/megatron/bridge/models/qwen/qwen_provider.py").write_text(
+        'def f():\n    """Doc."""\n    return 1\n'
+    )
     (repo / "src/megatron/bridge/models/qwen/old_name.py").write_text("A = 1\nB = 2\nC = 3\nD = 4\n")
     (repo / "pyproject.toml").write_text('dependencies = ["megatron-core==0.13"]\n')
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "base")
     _git(repo, "checkout", "-qb", "feature")
-    (repo / "src/megatron/bridge/models/qwen/qwen_provider.py").write_text('def f():\n    """Better doc."""\n    return 1\n')
-    _git(repo, "mv", "src/megatron/bridge/models/qwen/old_name.py", "src/megatron/bridge/models/qwen/new_name.py")
+    (repo / "src/megatron/bridge/models/qwen/qwen_provider.py").write_text(
+        'def f():\n    """Better doc."""\n    return 1\n'
+    )
+    _git(
+        repo,
+        "mv",
+        "src/megatron/bridge/models/qwen/old_name.py",
+        "src/megatron/bridge/models/qwen/new_name.py",
+    )
     (repo / "pyproject.toml").write_text('dependencies = ["megatron-core==0.14"]\n')
     _git(repo, "commit", "-qam", "feature")
     _git(repo, "checkout", "-q", "main")
@@ -100,7 +116,10 @@ def test_git_diff_against_merge_base(bridge_repo: Path) -> None:
     renamed = by_path["src/megatron/bridge/models/qwen/new_name.py"]
     assert renamed.status == "R" and renamed.old_path == "src/megatron/bridge/models/qwen/old_name.py"
     assert by_path["src/megatron/bridge/models/qwen/qwen_provider.py"].cosmetic
-    assert by_path["pyproject.toml"].diff_lines == ('dependencies = ["megatron-core==0.13"]', 'dependencies = ["megatron-core==0.14"]')
+    assert by_path["pyproject.toml"].diff_lines == (
+        'dependencies = ["megatron-core==0.13"]',
+        'dependencies = ["megatron-core==0.14"]',
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,7 +131,9 @@ def test_git_diff_against_merge_base(bridge_repo: Path) -> None:
         ("bridge", "main", "--output=/tmp/x", "--head '--output=/tmp/x' is not a commit"),
     ],
 )
-def test_git_errors_are_usage_errors(bridge_repo: Path, tmp_path: Path, repo: str, base: str, head: str, message: str) -> None:
+def test_git_errors_are_usage_errors(  # noqa: PLR0917 - pytest parametrisation
+    bridge_repo: Path, tmp_path: Path, repo: str, base: str, head: str, message: str
+) -> None:
     (tmp_path / "plain").mkdir()
     path = {"bridge": bridge_repo, "plain": tmp_path / "plain", "missing": tmp_path / "missing"}[repo]
     with pytest.raises(UsageError, match=message):

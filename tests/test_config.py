@@ -14,10 +14,22 @@ from verl_e2e.errors import ConfigError
 from .conftest import ROOT
 
 SKILL_LEVEL0_ENV = {
-    "ENGINE": "vllm", "USE_MBRIDGE": "True", "VANILLA_MBRIDGE": "False", "VALUE_VANILLA_MBRIDGE": "False",
-    "LORA_RANK": "4", "USE_MEGATRON_FSDP": "False", "COMMON_PP": "1", "COMMON_VPP": "null", "COMMON_CP": "1",
-    "COMMON_TP": "1", "INFER_TP": "1", "ALL_OFFLOAD": "False", "TOTAL_TRAIN_STEPS": "1", "SAVE_FREQ": "-1",
-    "VAL_BEFORE_TRAIN": "False", "TEST_FREQ": "-1",
+    "ENGINE": "vllm",
+    "USE_MBRIDGE": "True",
+    "VANILLA_MBRIDGE": "False",
+    "VALUE_VANILLA_MBRIDGE": "False",
+    "LORA_RANK": "4",
+    "USE_MEGATRON_FSDP": "False",
+    "COMMON_PP": "1",
+    "COMMON_VPP": "null",
+    "COMMON_CP": "1",
+    "COMMON_TP": "1",
+    "INFER_TP": "1",
+    "ALL_OFFLOAD": "False",
+    "TOTAL_TRAIN_STEPS": "1",
+    "SAVE_FREQ": "-1",
+    "VAL_BEFORE_TRAIN": "False",
+    "TEST_FREQ": "-1",
 }
 
 
@@ -41,11 +53,44 @@ def test_shipped_matrix_encodes_the_skill(matrix: Matrix) -> None:
 def test_families_cover_bridge_model_directories(matrix: Matrix) -> None:
     """Every provider-bearing directory of megatron-bridge 0.6.2's models package has a family."""
     provider_dirs = {
-        "bailing", "deepseek", "ernie", "ernie_vl", "exaone", "falcon_h1", "gemma", "gemma_vl", "glm",
-        "glm_moe_dsa", "glm_vl", "gpt_oss", "hy_v3", "hybrid", "kimi", "kimi_vl", "llama", "llama_nemotron",
-        "mamba", "megatron_mimo", "mimo", "mimo_v2_flash", "minimax_m2", "minimax_m3", "ministral3", "mistral",
-        "nemotron", "nemotron_omni", "nemotron_vl", "nemotronh", "olmoe", "qwen", "qwen3_asr", "qwen_audio",
-        "qwen_omni", "qwen_vl", "sarvam", "stepfun",
+        "bailing",
+        "deepseek",
+        "ernie",
+        "ernie_vl",
+        "exaone",
+        "falcon_h1",
+        "gemma",
+        "gemma_vl",
+        "glm",
+        "glm_moe_dsa",
+        "glm_vl",
+        "gpt_oss",
+        "hy_v3",
+        "hybrid",
+        "kimi",
+        "kimi_vl",
+        "llama",
+        "llama_nemotron",
+        "mamba",
+        "megatron_mimo",
+        "mimo",
+        "mimo_v2_flash",
+        "minimax_m2",
+        "minimax_m3",
+        "ministral3",
+        "mistral",
+        "nemotron",
+        "nemotron_omni",
+        "nemotron_vl",
+        "nemotronh",
+        "olmoe",
+        "qwen",
+        "qwen3_asr",
+        "qwen_audio",
+        "qwen_omni",
+        "qwen_vl",
+        "sarvam",
+        "stepfun",
     }
     assert provider_dirs <= set(matrix.families)
 
@@ -59,18 +104,27 @@ def _write(tmp_path: Path, mutate: Any) -> Path:
 
 
 BROKEN = [
-    (lambda d: d["levels"][2]["variants"]["dense"].update(gpus="two"),
-     r"\$\.levels\.2\.variants\.dense\.gpus: found \"two\", expected integer"),
-    (lambda d: d["levels"][0]["variants"]["lora-ddp"].update(timout_minutes=5),
-     r"unknown key 'timout_minutes' \(did you mean 'timeout_minutes'\?\)"),
+    (
+        lambda d: d["levels"][2]["variants"]["dense"].update(gpus="two"),
+        r"\$\.levels\.2\.variants\.dense\.gpus: found \"two\", expected integer",
+    ),
+    (
+        lambda d: d["levels"][0]["variants"]["lora-ddp"].update(timout_minutes=5),
+        r"unknown key 'timout_minutes' \(did you mean 'timeout_minutes'\?\)",
+    ),
     (lambda d: d["families"]["qwen"].pop("model"), r"\$\.families\.qwen: missing required key 'model'"),
-    (lambda d: d["rules"][0].update(when_no_diff="maybe"),
-     r"\$\.rules\[0\]\.when_no_diff: found \"maybe\", expected one of \"match\", \"skip\""),
+    (
+        lambda d: d["rules"][0].update(when_no_diff="maybe"),
+        r"\$\.rules\[0\]\.when_no_diff: found \"maybe\", expected one of \"match\", \"skip\"",
+    ),
     (lambda d: d["levels"].pop(3), r"\$\.levels: missing required key '3'"),
     (lambda d: d["defaults"].update(family="qwne"), r"found 'qwne'.*did you mean 'qwen'"),
     (lambda d: d["rules"][0].update(paths=["src/[oops"]), r"invalid glob 'src/\[oops'"),
     (lambda d: d["rules"][0].update(diff="(unclosed"), r"rules\[0\]\.diff: invalid regular expression"),
-    (lambda d: d["runners"].pop(4) and d["runners"].pop(8), r"largest runner has 2 GPUs, but a variant needs 4"),
+    (
+        lambda d: d["runners"].pop(4) and d["runners"].pop(8),
+        r"largest runner has 2 GPUs, but a variant needs 4",
+    ),
     (lambda d: d["rules"].append(dict(d["rules"][0])), r"rule name 'model-family' appears twice"),
 ]
 
@@ -89,8 +143,11 @@ def test_every_schema_problem_is_listed(tmp_path: Path) -> None:
     document["families"]["qwen"]["moe"] = "yes"
     document["runners"]["x"] = ["gpu"]
     problems = validate_document(
-        {str(k): v for k, v in document.items()} | {"levels": {str(k): v for k, v in document["levels"].items()},
-                                                     "runners": {str(k): v for k, v in document["runners"].items()}},
+        {str(k): v for k, v in document.items()}
+        | {
+            "levels": {str(k): v for k, v in document["levels"].items()},
+            "runners": {str(k): v for k, v in document["runners"].items()},
+        },
         "m.yaml",
     )
     joined = "\n".join(problems)

@@ -107,7 +107,10 @@ def test_agrees_with_fnmatch_within_one_segment(path: str, pattern: str) -> None
     assert PathSet((pattern,)).matches(name) is fnmatch.fnmatchcase(name, pattern)
 
 
-@given(st.lists(paths, max_size=20), st.lists(st.sampled_from(["a/**", "!a/b/**", "**/*.py", "x*"]), min_size=1, max_size=4))
+@given(
+    st.lists(paths, max_size=20),
+    st.lists(st.sampled_from(["a/**", "!a/b/**", "**/*.py", "x*"]), min_size=1, max_size=4),
+)
 def test_matching_is_deterministic(candidates: list[str], patterns: list[str]) -> None:
     first = [PathSet(tuple(patterns)).matches(p) for p in candidates]
     glob_to_regex.cache_clear()

@@ -16,7 +16,12 @@ TABLE = [
     ("docs only", ["docs/index.md", "README.md"], [], []),
     ("tests only", ["tests/unit_tests/models/qwen/test_x.py"], [], []),
     ("recipes are off-surface", ["src/megatron/bridge/recipes/qwen/qwen3.py"], [], []),
-    ("bridge data and step code", [f"{M}/glm_vl/data/collate_fn.py", f"{M}/qwen_vl/qwen3_vl_step.py"], [], []),
+    (
+        "bridge data and step code",
+        [f"{M}/glm_vl/data/collate_fn.py", f"{M}/qwen_vl/qwen3_vl_step.py"],
+        [],
+        [],
+    ),
     ("dense provider", [f"{M}/llama/llama_bridge.py"], [0], ["llama"]),
     ("VLM family adds Level 4", [f"{M}/gemma_vl/modeling_gemma4_vl.py"], [0, 4], ["gemma_vl"]),
     ("MoE provider adds parallelism", [f"{M}/olmoe/olmoe_provider.py"], [0, 2, 4], ["olmoe"]),
@@ -34,12 +39,19 @@ TABLE = [
     ("FSDP integration", ["src/megatron/bridge/training/megatron_fsdp_adapter.py"], [0, 3], ["qwen"]),
     ("checkpointing needs the diff", ["src/megatron/bridge/training/checkpointing.py"], [], []),
     ("Bridge-only training code", ["src/megatron/bridge/training/train.py"], [], []),
-    ("two families", [f"{M}/llama/llama_bridge.py", f"{M}/ministral3/ministral3_bridge.py"], [0, 4], ["llama", "ministral3"]),
+    (
+        "two families",
+        [f"{M}/llama/llama_bridge.py", f"{M}/ministral3/ministral3_bridge.py"],
+        [0, 4],
+        ["llama", "ministral3"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "paths", "levels", "families"), TABLE, ids=[t[0] for t in TABLE])
-def test_selection_table(matrix: Matrix, name: str, paths: list[str], levels: list[int], families: list[str]) -> None:
+def test_selection_table(
+    matrix: Matrix, name: str, paths: list[str], levels: list[int], families: list[str]
+) -> None:
     selection = select(matrix, [ChangedFile(p) for p in paths])
     assert list(selection.levels) == levels
     assert list(selection.families) == families
@@ -54,7 +66,7 @@ def test_level4_runs_only_on_the_flagged_family(matrix: Matrix) -> None:
 
 def test_reasons_name_rule_and_paths(matrix: Matrix) -> None:
     selection = select(matrix, [ChangedFile(f"{M}/conversion/model_bridge.py")])
-    (reason,) = [r for r in selection.reasons[1]]
+    (reason,) = selection.reasons[1]
     assert reason.rule == "hf-import-export" and reason.paths == (f"{M}/conversion/model_bridge.py",)
     assert "save/resume" not in selection.skipped  # selected levels carry no skip reason
     assert "no changed path matched its rules" in selection.skipped[5]
@@ -79,7 +91,10 @@ def test_diff_condition_decides_when_the_diff_is_known(matrix: Matrix) -> None:
     assert select(matrix, [bump_unrelated]).levels == ()
     assert select(matrix, [bump_core]).levels == (0,)
     ckpt = "src/megatron/bridge/training/checkpointing.py"
-    assert select(matrix, [ChangedFile(ckpt, diff_lines=("def apply_peft_adapter_filter(x):",))]).levels == (0, 1)
+    assert select(matrix, [ChangedFile(ckpt, diff_lines=("def apply_peft_adapter_filter(x):",))]).levels == (
+        0,
+        1,
+    )
     assert select(matrix, [ChangedFile(ckpt, diff_lines=("energon_state = 1",))]).levels == ()
     dense = f"{M}/llama/llama_provider.py"
     assert 2 in select(matrix, [ChangedFile(dense, diff_lines=("    def finalize(self):",))]).levels
@@ -92,7 +107,9 @@ def test_undecided_rules_are_explained(matrix: Matrix) -> None:
 
 
 def test_cosmetic_python_changes_are_discounted(matrix: Matrix) -> None:
-    selection = select(matrix, [ChangedFile(f"{M}/qwen_vl/modelling_qwen3_vl/model.py", diff_lines=("# c",), cosmetic=True)])
+    selection = select(
+        matrix, [ChangedFile(f"{M}/qwen_vl/modelling_qwen3_vl/model.py", diff_lines=("# c",), cosmetic=True)]
+    )
     assert selection.levels == () and selection.cosmetic == (f"{M}/qwen_vl/modelling_qwen3_vl/model.py",)
 
 
@@ -122,5 +139,5 @@ def test_family_override(matrix: Matrix) -> None:
 
 
 def test_unknown_family_override_suggests(matrix: Matrix) -> None:
-    with pytest.raises(UsageError, match="unknown family.*did you mean 'llama'"):
+    with pytest.raises(UsageError, match=r"unknown family.*did you mean 'llama'"):
         select(matrix, [], requested=[0], family_override=["lama"])

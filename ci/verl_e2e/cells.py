@@ -93,14 +93,18 @@ def _runtime_env(matrix: Matrix, gpus: int) -> dict[str, str]:
     return env
 
 
-def _limitations(matrix: Matrix, level: int, variant: Variant, family: Family, ref: ModelRef, kinds: frozenset[str]) -> list[str]:
+def _limitations(
+    matrix: Matrix, *, level: int, variant: Variant, family: Family, ref: ModelRef, kinds: frozenset[str]
+) -> list[str]:
     out = list(matrix.levels[0].limitations)
     if level != 0:
         out += matrix.levels[level].limitations
     out += variant.limitations
     if ref.dummy is not None:
-        out.append(f"dummy model (random weights, {ref.model} architecture shrunk): proves construction and "
-                   "training mechanics only")
+        out.append(
+            f"dummy model (random weights, {ref.model} architecture shrunk): proves construction and "
+            "training mechanics only"
+        )
     if "moe" in kinds and variant.env.get("COMMON_EP", matrix.base_env.get("COMMON_EP", "1")) == "1":
         out.append("MoE at COMMON_EP=1: expert routing across ranks is not stressed")
     if family.has("vlm") and variant.applies_to != "vlm":
@@ -110,7 +114,9 @@ def _limitations(matrix: Matrix, level: int, variant: Variant, family: Family, r
     return list(dict.fromkeys(out))
 
 
-def _cell(matrix: Matrix, level: int, variant: Variant, family: Family, kinds: frozenset[str], model: str | None) -> Cell:
+def _cell(
+    matrix: Matrix, *, level: int, variant: Variant, family: Family, kinds: frozenset[str], model: str | None
+) -> Cell:
     ref = family.model_for(variant.applies_to)
     suffix = "-moe" if ref is family.moe_model else ""
     if model is not None:
@@ -122,9 +128,18 @@ def _cell(matrix: Matrix, level: int, variant: Variant, family: Family, kinds: f
     common_args = list(matrix.levels[0].args) + (list(lvl.args) if level != 0 else []) + list(variant.args)
     phases = []
     for phase in variant.phases:
-        env = base | (dict(lvl.env) if level != 0 else {}) | dict(variant.env) | _model_env(matrix, family, ref, suffix)
+        env = (
+            base
+            | (dict(lvl.env) if level != 0 else {})
+            | dict(variant.env)
+            | _model_env(matrix, family, ref, suffix)
+        )
         env |= _runtime_env(matrix, variant.gpus) | dict(phase.env)
-        phases.append(CellPhase(phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect)))
+        phases.append(
+            CellPhase(
+                phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect)
+            )
+        )
     tests = [*SKILL_BRIDGE_TESTS, *family.tests, f"tests/unit_tests/models/{family.name}"]
     return Cell(
         id=f"L{level}-{variant.name}-{family.name}",
@@ -139,7 +154,7 @@ def _cell(matrix: Matrix, level: int, variant: Variant, family: Family, kinds: f
         minutes=variant.minutes,
         phases=phases,
         checks=list(variant.checks),
-        limitations=_limitations(matrix, level, variant, family, ref, kinds),
+        limitations=_limitations(matrix, level=level, variant=variant, family=family, ref=ref, kinds=kinds),
         bridge_tests=list(dict.fromkeys(tests)),
     )
 
@@ -151,7 +166,16 @@ def expand(matrix: Matrix, selection: Selection, model: str | None = None) -> li
         for variant in matrix.levels[level].variants:
             for fam_name, kinds in selection.targets[level].items():
                 if variant.applies_to in kinds:
-                    cells.append(_cell(matrix, level, variant, matrix.families[fam_name], kinds, model))
+                    cells.append(
+                        _cell(
+                            matrix,
+                            level=level,
+                            variant=variant,
+                            family=matrix.families[fam_name],
+                            kinds=kinds,
+                            model=model,
+                        )
+                    )
     limit = matrix.defaults.max_matrix_jobs
     if len(cells) > limit:
         raise PlanError(

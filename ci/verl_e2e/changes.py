@@ -42,7 +42,7 @@ def _clean(path: str) -> str:
 
 
 def parse_name_status(text: str, source: str = "changed files") -> list[ChangedFile]:
-    """Parse `git diff --name-status` output (`STATUS<TAB>PATH`, renames `R100<TAB>OLD<TAB>NEW`) or bare paths.
+    """Parse `git diff --name-status` lines (`STATUS<TAB>PATH`, `R100<TAB>OLD<TAB>NEW`) or bare paths.
 
     Every malformed line is collected and reported together, so one run shows all of them.
     """
@@ -64,7 +64,9 @@ def parse_name_status(text: str, source: str = "changed files") -> list[ChangedF
             continue
         want = 3 if letter in "RC" else 2
         if len(fields) != want:
-            problems.append(f"line {number}: status {letter} needs {want - 1} path(s), found {len(fields) - 1}")
+            problems.append(
+                f"line {number}: status {letter} needs {want - 1} path(s), found {len(fields) - 1}"
+            )
             continue
         if not all(f.strip() for f in fields[1:]):
             problems.append(f"line {number}: empty path")
@@ -115,8 +117,13 @@ def _git(repo: Path, *args: str, what: str) -> str:
 
 def _resolve(repo: Path, rev: str, flag: str) -> str:
     return _git(
-        repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}",
-        what=f"{flag} {rev!r} is not a commit in {repo}; fetch it (git fetch origin {rev}) or pass a full SHA",
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{rev}^{{commit}}",
+        what=f"{flag} {rev!r} is not a commit in {repo}; fetch it (git fetch origin {rev}) or pass a SHA",
     ).strip()
 
 
@@ -126,9 +133,12 @@ def _blobs(repo: Path, specs: list[str]) -> dict[str, bytes | None]:
         return {}
     proc = subprocess.run(
         ["git", "-C", str(repo), "cat-file", "--batch"],
-        input="".join(s + "\n" for s in specs).encode(), capture_output=True, check=False,
+        input="".join(s + "\n" for s in specs).encode(),
+        capture_output=True,
+        check=False,
     )
-    out, pos, result = proc.stdout, 0, {}
+    out, pos = proc.stdout, 0
+    result: dict[str, bytes | None] = {}
     for spec in specs:
         end = out.index(b"\n", pos)
         header = out[pos:end].split()
@@ -147,8 +157,10 @@ def _strip_docstrings(tree: ast.AST) -> str:
         body = getattr(node, "body", None)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
             first = body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
-                first.value.value, str
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
             ):
                 node.body = body[1:] or [ast.Pass()]
     return ast.dump(tree, include_attributes=False)
@@ -187,13 +199,23 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
     """Diff `head` against its merge base with `base`; return (files, merge_base, head_sha)."""
     repo = Path(repo_path)
     if not repo.is_dir():
-        raise UsageError(f"--repo {repo_path}: no such directory; pass the path of a Megatron-Bridge checkout")
-    _git(repo, "rev-parse", "--git-dir", what=f"--repo {repo_path} is not a git repository; pass a git checkout")
+        raise UsageError(
+            f"--repo {repo_path}: no such directory; pass the path of a Megatron-Bridge checkout"
+        )
+    _git(
+        repo,
+        "rev-parse",
+        "--git-dir",
+        what=f"--repo {repo_path} is not a git repository; pass a git checkout",
+    )
     base_sha = _resolve(repo, base, "--base")
     head_sha = _resolve(repo, head, "--head")
     merge_base = _git(
-        repo, "merge-base", base_sha, head_sha,
-        what=f"--base {base} and --head {head} share no history; check that both belong to the same repository",
+        repo,
+        "merge-base",
+        base_sha,
+        head_sha,
+        what=f"--base {base} and --head {head} share no history; check both come from the same repository",
     ).strip()
     listing = _git(repo, "diff", "--name-status", "-M", "--no-color", merge_base, head_sha, what="git diff")
     files = parse_name_status(listing, "git diff")

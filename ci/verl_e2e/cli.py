@@ -6,7 +6,6 @@ Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ import yaml
 from verl_e2e import __version__
 from verl_e2e.cells import expand
 from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
-from verl_e2e.config import LEVELS, default_matrix_path, load_matrix, validate_document
+from verl_e2e.config import LEVELS, default_matrix_path, load_matrix, stringify_keys, validate_document
 from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
 from verl_e2e.examples import EXAMPLES
 from verl_e2e.plan import Plan, render_json, render_text, write_github
@@ -63,25 +62,56 @@ def _build_parser() -> argparse.ArgumentParser:
         help="choose coverage levels for a change and expand them into cells",
         description="Choose coverage levels 0-5 from a change's paths (rules in matrix.yaml), or take them "
         "from --levels, and expand them into cells: one verl run each.",
-        epilog="examples:\n  verl-e2e plan --example\n  git diff --name-status main... | verl-e2e plan --changed-files -\n"
+        epilog="examples:\n  verl-e2e plan --example\n"
+        "  git diff --name-status main... | verl-e2e plan --changed-files -\n"
         "  verl-e2e plan --repo ../Megatron-Bridge --base origin/main --head HEAD --format json\n"
         "  verl-e2e plan --levels 0,2 --family qwen_vl",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = plan.add_argument_group("what changed (one of)")
-    src.add_argument("--changed-files", metavar="FILE", help="`git diff --name-status` lines or bare paths; '-' reads stdin")
-    src.add_argument("--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)")
-    src.add_argument("--example", nargs="?", const="new-provider", choices=sorted(EXAMPLES), help="plan a built-in example change (default: new-provider)")
-    plan.add_argument("--base", metavar="REV", help="base revision; the diff starts at its merge base with --head")
+    src.add_argument(
+        "--changed-files",
+        metavar="FILE",
+        help="`git diff --name-status` lines or bare paths; '-' reads stdin",
+    )
+    src.add_argument(
+        "--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)"
+    )
+    src.add_argument(
+        "--example",
+        nargs="?",
+        const="new-provider",
+        choices=sorted(EXAMPLES),
+        help="plan a built-in example change (default: new-provider)",
+    )
+    plan.add_argument(
+        "--base", metavar="REV", help="base revision; the diff starts at its merge base with --head"
+    )
     plan.add_argument("--head", metavar="REV", default=None, help="head revision (default: HEAD)")
-    plan.add_argument("--levels", default="auto", help="'auto' (from the rules), 'all', or a list such as 0,2 (default: auto)")
-    plan.add_argument("--family", action="append", default=[], metavar="NAME", help="run on this model family instead (repeatable or comma list)")
+    plan.add_argument(
+        "--levels",
+        default="auto",
+        help="'auto' (from the rules), 'all', or a list such as 0,2 (default: auto)",
+    )
+    plan.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run on this model family instead (repeatable or comma list)",
+    )
     plan.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
-    plan.add_argument("--format", choices=("text", "json", "github"), default="text", help="output format (default: text)")
-    plan.add_argument("--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)")
+    plan.add_argument(
+        "--format", choices=("text", "json", "github"), default="text", help="output format (default: text)"
+    )
+    plan.add_argument(
+        "--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)"
+    )
     plan.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
 
-    validate = sub.add_parser("validate", help="check a matrix.yaml against its schema and report every problem")
+    validate = sub.add_parser(
+        "validate", help="check a matrix.yaml against its schema and report every problem"
+    )
     validate.add_argument("path", nargs="?", help="matrix.yaml (default: the one shipped)")
 
     families = sub.add_parser("families", help="list the model families and their checkpoints")
@@ -92,7 +122,10 @@ def _build_parser() -> argparse.ArgumentParser:
 def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile] | None, dict[str, object]]:
     chosen = [n for n in ("changed_files", "repo", "example") if getattr(args, n) is not None]
     if len(chosen) > 1:
-        raise UsageError(f"plan: --{chosen[0].replace('_', '-')} and --{chosen[1].replace('_', '-')} both given; pass only one source of changes")
+        raise UsageError(
+            f"plan: --{chosen[0].replace('_', '-')} and --{chosen[1].replace('_', '-')} both given; "
+            "pass only one source of changes"
+        )
     if args.repo is None and (args.base or args.head):
         raise UsageError("plan: --base/--head need --repo PATH (the Bridge checkout to diff)")
     if args.changed_files is not None:
@@ -104,7 +137,9 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
             raise UsageError("plan: --repo needs --base REV (e.g. --base origin/main)")
         files, merge_base, head = changes_from_git(args.repo, args.base, args.head or "HEAD")
         return files, {
-            "source": "git", "merge_base": merge_base, "head": head,
+            "source": "git",
+            "merge_base": merge_base,
+            "head": head,
             "summary": f"{len(files)} changed file(s) at {head[:12]} against merge base {merge_base[:12]}",
         }
     if args.example is not None:
@@ -146,12 +181,12 @@ def _cmd_validate(args: argparse.Namespace, stdout: TextIO) -> int:
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); pass the path of a matrix.yaml") from None
+        raise ConfigError(
+            f"{path}: cannot read it ({exc.strerror}); pass the path of a matrix.yaml"
+        ) from None
     except yaml.YAMLError:
         load_matrix(path)  # raises the formatted syntax error
-    from verl_e2e.config import _stringify_keys
-
-    problems = validate_document(_stringify_keys(document), str(path))
+    problems = validate_document(stringify_keys(document), str(path))
     if problems:
         raise ConfigError("\n".join(problems))
     matrix = load_matrix(path)  # cross-field checks (families, runners, globs, regexes)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -168,11 +168,12 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def _stringify_keys(node: Any) -> Any:
+def stringify_keys(node: Any) -> Any:
+    """YAML reads `0:` as an int key; JSON Schema (and our contracts) speak of string keys."""
     if isinstance(node, dict):
-        return {str(k): _stringify_keys(v) for k, v in node.items()}
+        return {str(k): stringify_keys(v) for k, v in node.items()}
     if isinstance(node, list):
-        return [_stringify_keys(v) for v in node]
+        return [stringify_keys(v) for v in node]
     return node
 
 
@@ -188,9 +189,10 @@ def _describe(error: ValidationError) -> str:
     found = json.dumps(error.instance, default=str)
     if len(found) > 60:
         found = found[:57] + "..."
-    validator, expected = error.validator, error.validator_value
+    validator, expected = error.validator, cast(Any, error.validator_value)
+    schema_node = error.schema if isinstance(error.schema, Mapping) else {}
     if validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = set(error.schema.get("properties", {}))
+        allowed = set(schema_node.get("properties", {}))
         extra = sorted(set(error.instance) - allowed)
         hints = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in extra)
         return f"unknown key {hints}; expected one of: {', '.join(sorted(allowed))}"
@@ -213,7 +215,9 @@ def _describe(error: ValidationError) -> str:
 def validate_document(document: Any, source: str) -> list[str]:
     """All schema problems of a loaded document, as `file::$.path: message` lines."""
     validator = Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(
+        validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message)
+    )
     lines = []
     for error in errors:
         best = error
@@ -229,9 +233,11 @@ def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{file}: cannot read the matrix ({exc.strerror}); pass --matrix PATH to a matrix.yaml") from None
+        raise ConfigError(
+            f"{file}: cannot read the matrix ({exc.strerror}); pass --matrix PATH to a matrix.yaml"
+        ) from None
     try:
-        document = _stringify_keys(yaml.load(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+        document = stringify_keys(yaml.load(text, Loader=_Loader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -347,12 +353,16 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
             f"{source}::$.runners: the largest runner has {runners[-1][0]} GPUs, but a variant needs {need}; "
             "add a runner with enough GPUs"
         )
-    escalations = tuple(_rule(r, f"{source}::$.escalations[{i}]") for i, r in enumerate(doc.get("escalations", [])))
+    escalations = tuple(
+        _rule(r, f"{source}::$.escalations[{i}]") for i, r in enumerate(doc.get("escalations", []))
+    )
     rules = tuple(_rule(r, f"{source}::$.rules[{i}]") for i, r in enumerate(doc["rules"]))
     seen: set[str] = set()
     for rule in (*escalations, *rules):
         if rule.name in seen:
             raise ConfigError(f"{source}: rule name {rule.name!r} appears twice; rule names must be unique")
         seen.add(rule.name)
-    ignore = tuple((name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items())
+    ignore = tuple(
+        (name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items()
+    )
     return Matrix(source, defaults, runners, levels, families, escalations, ignore, rules, raw=doc)

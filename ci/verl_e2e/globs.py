@@ -19,7 +19,9 @@ from verl_e2e.errors import ConfigError
 
 def _brace_split(body: str) -> list[str]:
     """Split the inside of `{a,b{c,d}}` on top-level commas."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in body:
         if ch == "," and depth == 0:
             parts.append("".join(current))

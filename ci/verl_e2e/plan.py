@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,10 @@ def render_markdown(plan: Plan, matrix: Matrix) -> str:
         lines += [f"**{len(plan.cells)} cells**, about {gpu_minutes(plan.cells)} GPU-minutes.", ""]
         lines += ["| Cell | Level | Model | GPUs | Timeout |", "|---|---|---|---|---|"]
         for c in plan.cells:
-            lines.append(f"| `{c.id}` | {c.level} {matrix.levels[c.level].title} | `{c.model}` | {c.gpus} | {c.timeout_minutes} min |")
+            lines.append(
+                f"| `{c.id}` | {c.level} {matrix.levels[c.level].title} | `{c.model}` "
+                f"| {c.gpus} | {c.timeout_minutes} min |"
+            )
         lines.append("")
     lines += ["| Level | Selected | Why |", "|---|---|---|"]
     for level in sorted(matrix.levels):
@@ -118,7 +121,7 @@ def render_markdown(plan: Plan, matrix: Matrix) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str], stdout: MutableMapping[str, str] | None = None) -> dict[str, str]:
+def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str]) -> dict[str, str]:
     """Append `levels`, `matrix`, `has_cells` to $GITHUB_OUTPUT and the markdown to $GITHUB_STEP_SUMMARY.
 
     Values go through the heredoc form with a random delimiter, so no value can end the block early.

@@ -54,15 +54,18 @@ class Selection:
 
 
 class _Collector:
-    """Accumulates (level, family) targets with their kinds and reasons."""
+    """Accumulates (level, family) targets with their variant kinds and reasons."""
 
     def __init__(self) -> None:
         self.kinds: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         self.hits: dict[tuple[int, str, str], tuple[str, dict[str, None]]] = {}
 
-    def add(self, level: int, family: str, kinds: Iterable[str], rule: str, why: str, path: str | None) -> None:
+    def add(
+        self, level: int, family: str, kinds: Iterable[str], reason: tuple[str, str], path: str | None
+    ) -> None:
+        """Record that `reason` = (rule, why) selects `level` for `family` because of `path`."""
         self.kinds[level][family].update(kinds)
-        entry = self.hits.setdefault((level, rule, family), (why, {}))
+        entry = self.hits.setdefault((level, reason[0], family), (reason[1], {}))
         if path is not None:
             entry[1][path] = None
 
@@ -92,6 +95,152 @@ def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
     return any(rule.diff.search(line) for line in file.diff_lines), False
 
 
+class _Scan:
+    """One pass of the matrix's escalations, ignore lists and rules over the changed files."""
+
+    def __init__(self, matrix: Matrix, files: Sequence[ChangedFile]) -> None:
+        self.matrix = matrix
+        self.files = files
+        self.col = _Collector()
+        self.warnings: set[str] = set()
+        self.ignored: dict[str, list[str]] = defaultdict(list)
+        self.cosmetic: list[str] = []
+        self.unmatched: list[str] = []
+        self.undecided: dict[int, set[str]] = defaultdict(set)
+        for file in files:
+            for rule in matrix.escalations:
+                self._apply(rule, file)
+        for file in files:
+            group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
+            if group is not None:
+                self.ignored[group].append(file.path)
+            elif file.cosmetic:
+                self.cosmetic.append(file.path)
+            elif not [rule for rule in matrix.rules if self._apply(rule, file)]:  # every rule is tried
+                self.unmatched.append(file.path)
+
+    def _target_family(self, rule: Rule, path: str) -> str:
+        default = self.matrix.defaults.family
+        fam = family_dir(path)
+        if rule.family == "default" or fam is None:
+            return default
+        if fam in self.matrix.families:
+            return fam
+        self.warnings.add(
+            f"{path}: model directory '{fam}' has no entry under families in matrix.yaml; ran the "
+            f"default family '{default}' instead. Add families.{fam} with its smallest checkpoint."
+        )
+        return default
+
+    def _apply(self, rule: Rule, file: ChangedFile) -> bool:
+        """Try one rule on one file; True when it selected something."""
+        matched = [p for p in file.paths if rule.paths.matches(p)]
+        if not matched:
+            return False
+        fires, needs_diff = _diff_says(rule, file)
+        if needs_diff:
+            for level in rule.levels:
+                self.undecided[level].add(rule.name)
+        if not fires:
+            return False
+        selected = False
+        for path in matched:
+            fam = self._target_family(rule, path)
+            flags: set[str] = set()
+            if rule.family == "changed" and family_dir(path) == fam:
+                flags = _active_flags(self.matrix.families[fam], (_relative(path),))
+            if rule.only is not None and rule.only not in flags:
+                continue
+            selected = True
+            kinds = {rule.only} if rule.only else {"all", *flags}
+            for level in sorted(rule.levels):
+                self.col.add(level, fam, kinds, (rule.name, rule.why), path)
+            if rule.family == "changed" and flags:
+                named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
+                why = f"{fam} is a {named} family: Level 4 runs its architecture-specific variant"
+                self.col.add(4, fam, flags, ("architecture", why), path)
+        return selected
+
+    def retarget(self, families: Sequence[str]) -> None:
+        """--family: every selected level runs on the named families instead."""
+        out = _Collector()
+        for (level, rule, _fam), (why, paths) in self.col.hits.items():
+            kinds = set().union(*self.col.kinds[level].values())
+            for fam in families:
+                out.kinds[level][fam].update(kinds)
+                out.hits.setdefault((level, rule, fam), (why, {}))[1].update(paths)
+        self.col = out
+
+    def imply_level0(self) -> None:
+        for level in [lv for lv in sorted(self.col.kinds) if lv > 0]:
+            for fam in self.col.kinds[level]:
+                if fam not in self.col.kinds[0]:
+                    why = f"Level 0 is the base of every level (implied by Level {level})"
+                    self.col.add(0, fam, {"all"}, ("implied", why), None)
+
+    def request(self, requested: Sequence[int], family_override: Sequence[str]) -> None:
+        """An explicit request replaces the rules' levels but keeps the families the change touches."""
+        found = sorted({f for fams in self.col.kinds.values() for f in fams})
+        families = list(family_override) or found or [self.matrix.defaults.family]
+        out = _Collector()
+        for fam in families:
+            flags = set().union(*(self.col.kinds[lv].get(fam, set()) for lv in self.col.kinds)) - {"all"}
+            flags |= _active_flags(self.matrix.families[fam])
+            for level in sorted(set(requested) | {0}):
+                reason = (
+                    ("requested", "requested explicitly")
+                    if level in requested
+                    else ("implied", "Level 0 is the base of every level")
+                )
+                out.add(level, fam, {"all", *flags}, reason, None)
+        self.col = out
+        self.undecided.clear()
+
+    def selection(self, requested: str) -> Selection:
+        order = {r.name: i for i, r in enumerate((*self.matrix.escalations, *self.matrix.rules))}
+        reasons: dict[int, list[Reason]] = defaultdict(list)
+        ranked = sorted(self.col.hits.items(), key=lambda kv: (order.get(kv[0][1], len(order)), kv[0]))
+        for (level, rule, fam), (why, paths) in ranked:
+            reasons[level].append(Reason(rule, why, fam, tuple(sorted(paths))))
+        targets = {
+            lv: {f: frozenset(k) for f, k in sorted(fams.items())}
+            for lv, fams in sorted(self.col.kinds.items())
+        }
+        return Selection(
+            levels=tuple(sorted(targets)),
+            targets=targets,
+            reasons={lv: tuple(reasons[lv]) for lv in sorted(reasons)},
+            skipped={lv: self._skip_reason(lv, requested) for lv in LEVELS if lv not in targets},
+            ignored={g: tuple(sorted(p)) for g, p in sorted(self.ignored.items())},
+            cosmetic=tuple(sorted(self.cosmetic)),
+            unmatched=tuple(sorted(self.unmatched)),
+            warnings=tuple(sorted(self.warnings)),
+            requested=requested,
+        )
+
+    def _skip_reason(self, level: int, requested: str) -> str:
+        if requested != "auto":
+            return "not requested"
+        if not self.files:
+            return "no changed files"
+        if sum(map(len, self.ignored.values())) == len(self.files):
+            return "every changed path is ignored (" + ", ".join(sorted(self.ignored)) + ")"
+        rules = [r.name for r in (*self.matrix.escalations, *self.matrix.rules) if level in r.levels]
+        if level == 4:
+            rules.append("architecture (MoE/VLM/MTP families)")
+        listed = ", ".join(rules)
+        text = f"no changed path matched its rules ({listed})" if rules else "no rule selects it"
+        if self.matrix.levels[level].optional:
+            text = f"optional: runs only on request or when a changed path matches its rules ({listed})"
+        if self.undecided.get(level):
+            text += (
+                "; "
+                + ", ".join(sorted(self.undecided[level]))
+                + " needs the diff to decide (plan with --repo)"
+            )
+        return text
+
+
 def select(
     matrix: Matrix,
     files: Sequence[ChangedFile],
@@ -105,179 +254,11 @@ def select(
                 f"--family {name}: unknown family{did_you_mean(name, matrix.families)}; "
                 f"expected one of the families in {matrix.source} (see `verl-e2e families`)"
             )
-    default = matrix.defaults.family
-    warnings: list[str] = []
-    ignored: dict[str, list[str]] = defaultdict(list)
-    cosmetic: list[str] = []
-    col = _Collector()
-    undecided: dict[int, set[str]] = defaultdict(set)
-
-    def target_family(rule: Rule, path: str) -> str:
-        if rule.family == "default":
-            return default
-        fam = family_dir(path)
-        if fam in matrix.families:
-            return fam
-        if fam is not None:
-            warnings.append(
-                f"{path}: model directory '{fam}' has no entry under families in matrix.yaml; ran the default "
-                f"family '{default}' instead. Add families.{fam} with its smallest checkpoint to test it directly."
-            )
-        return default
-
-    def apply(rule: Rule, file: ChangedFile) -> bool:
-        """Try one rule on one file; True when it selected something."""
-        matched = [p for p in file.paths if rule.paths.matches(p)]
-        if not matched:
-            return False
-        fires, needs_diff = _diff_says(rule, file)
-        if needs_diff:
-            for level in rule.levels:
-                undecided[level].add(rule.name)
-        if not fires:
-            return False
-        selected = False
-        for path in matched:
-            fam = target_family(rule, path)
-            flags = set()
-            if rule.family == "changed" and fam in matrix.families and family_dir(path) == fam:
-                flags = _active_flags(matrix.families[fam], (_relative(path),))
-            if rule.only is not None and rule.only not in flags:
-                continue
-            selected = True
-            kinds = {rule.only} if rule.only else {"all", *flags}
-            for level in sorted(rule.levels):
-                col.add(level, fam, kinds, rule.name, rule.why, path)
-            if rule.family == "changed" and flags:
-                named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
-                col.add(4, fam, flags, "architecture", f"{fam} is a {named} family: Level 4 runs its "
-                        "architecture-specific variant", path)
-        return selected
-
-    for file in files:
-        for rule in matrix.escalations:
-            apply(rule, file)
-    remaining: list[ChangedFile] = []
-    for file in files:
-        group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
-        if group is not None:
-            ignored[group].append(file.path)
-        elif file.cosmetic:
-            cosmetic.append(file.path)
-        else:
-            remaining.append(file)
-    unmatched: list[str] = []
-    for file in remaining:
-        fired = [apply(rule, file) for rule in matrix.rules]
-        if not any(fired):
-            unmatched.append(file.path)
-
+    scan = _Scan(matrix, files)
     if requested is not None:
-        return _explicit(matrix, requested, family_override, col, ignored, cosmetic, tuple(sorted(unmatched)), warnings)
+        scan.request(requested, family_override)
+        return scan.selection(",".join(map(str, requested)))
     if family_override:
-        col = _retarget(col, family_override)
-    _imply_level0(col)
-    return _finish(matrix, col, undecided, ignored, cosmetic, tuple(sorted(unmatched)), warnings, "auto", files)
-
-
-def _retarget(col: _Collector, families: Sequence[str]) -> _Collector:
-    """--family: every selected level runs on the named families instead."""
-    out = _Collector()
-    for (level, rule, _fam), (why, paths) in col.hits.items():
-        kinds = set().union(*col.kinds[level].values())
-        for fam in families:
-            out.kinds[level][fam].update(kinds)
-            out.hits.setdefault((level, rule, fam), (why, {}))[1].update(paths)
-    return out
-
-
-def _imply_level0(col: _Collector) -> None:
-    for level in [lv for lv in sorted(col.kinds) if lv > 0]:
-        for fam in col.kinds[level]:
-            if fam not in col.kinds[0]:
-                col.add(0, fam, {"all"}, "implied", f"Level 0 is the base of every level (implied by Level {level})", None)
-
-
-def _explicit(
-    matrix: Matrix,
-    requested: Sequence[int],
-    family_override: Sequence[str],
-    col: _Collector,
-    ignored: dict[str, list[str]],
-    cosmetic: list[str],
-    unmatched: tuple[str, ...],
-    warnings: list[str],
-) -> Selection:
-    """An explicit request replaces the rules' levels but keeps the families the change touches."""
-    families = list(family_override) or sorted({f for fams in col.kinds.values() for f in fams}) or [
-        matrix.defaults.family
-    ]
-    levels = sorted(set(requested) | {0})
-    out = _Collector()
-    for fam in families:
-        flags = set().union(*(col.kinds[lv].get(fam, set()) for lv in col.kinds)) - {"all"}
-        flags |= _active_flags(matrix.families[fam])
-        for level in levels:
-            why = "requested explicitly" if level in requested else "Level 0 is the base of every level"
-            out.add(level, fam, {"all", *flags}, "requested" if level in requested else "implied", why, None)
-    return _finish(matrix, out, {}, ignored, cosmetic, unmatched, warnings, ",".join(map(str, requested)), None)
-
-
-def _finish(
-    matrix: Matrix,
-    col: _Collector,
-    undecided: dict[int, set[str]],
-    ignored: dict[str, list[str]],
-    cosmetic: list[str],
-    unmatched: tuple[str, ...],
-    warnings: list[str],
-    requested: str,
-    files: Sequence[ChangedFile] | None,
-) -> Selection:
-    order = {r.name: i for i, r in enumerate((*matrix.escalations, *matrix.rules))}
-    reasons: dict[int, list[Reason]] = defaultdict(list)
-    for (level, rule, fam), (why, paths) in sorted(col.hits.items(), key=lambda kv: (order.get(kv[0][1], len(order)), kv[0])):
-        reasons[level].append(Reason(rule, why, fam, tuple(sorted(paths))))
-    targets = {lv: {f: frozenset(k) for f, k in sorted(fams.items())} for lv, fams in sorted(col.kinds.items())}
-    skipped = {}
-    for level in LEVELS:
-        if level in targets:
-            continue
-        skipped[level] = _skip_reason(matrix, level, undecided.get(level, set()), requested, files, ignored)
-    return Selection(
-        levels=tuple(sorted(targets)),
-        targets=targets,
-        reasons={lv: tuple(reasons[lv]) for lv in sorted(reasons)},
-        skipped=skipped,
-        ignored={g: tuple(sorted(p)) for g, p in sorted(ignored.items())},
-        cosmetic=tuple(sorted(cosmetic)),
-        unmatched=unmatched,
-        warnings=tuple(sorted(set(warnings))),
-        requested=requested,
-    )
-
-
-def _skip_reason(
-    matrix: Matrix,
-    level: int,
-    undecided: set[str],
-    requested: str,
-    files: Sequence[ChangedFile] | None,
-    ignored: dict[str, list[str]],
-) -> str:
-    if requested != "auto":
-        return "not requested"
-    if files is not None and not files:
-        return "no changed files"
-    if files is not None and sum(map(len, ignored.values())) == len(files):
-        return "every changed path is ignored (" + ", ".join(sorted(ignored)) + ")"
-    rules = [r.name for r in (*matrix.escalations, *matrix.rules) if level in r.levels]
-    if level == 4:
-        rules.append("architecture (MoE/VLM/MTP families)")
-    listed = ", ".join(rules)
-    text = f"no changed path matched its rules ({listed})" if rules else "no rule selects it"
-    if matrix.levels[level].optional:
-        text = f"optional: runs only on request or when a changed path matches its rules ({listed})"
-    if undecided:
-        text += "; " + ", ".join(sorted(undecided)) + " needs the diff to decide (plan with --repo)"
-    return text
+        scan.retarget(family_override)
+    scan.imply_level0()
+    return scan.selection("auto")
