@@ -197,7 +197,8 @@ def _describe(error: ValidationError) -> str:
         hints = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in extra)
         return f"unknown key {hints}; expected one of: {', '.join(sorted(allowed))}"
     if validator == "required":
-        missing = [k for k in expected if k not in error.instance]
+        instance = cast(Any, error.instance)
+        missing = [k for k in expected if k not in instance]
         return f"missing required key {', '.join(repr(k) for k in missing)}"
     if validator == "propertyNames":
         return f"key {found} is not allowed here ({error.message})"

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Benchmark `verl-e2e plan` on a diff of GitHub's maximum size (3,000 files).
+
+The synthetic diff is Bridge-shaped: every model family directory, conversion, PEFT, training, docs,
+tests and recipes, with renames, so every rule and ignore list is exercised. Prints the in-process
+planning time (select + expand + render, best of N) and the end-to-end CLI wall time (process start
+included, best of N), plus the peak RSS of the CLI run.
+
+    python tools/bench_plan.py [--files 3000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from verl_e2e.cells import expand
+from verl_e2e.changes import parse_name_status
+from verl_e2e.config import load_matrix
+from verl_e2e.plan import Plan, render_json
+from verl_e2e.select import select
+
+AREAS = [
+    "src/megatron/bridge/models/{fam}/{name}_provider.py",
+    "src/megatron/bridge/models/{fam}/{name}_bridge.py",
+    "src/megatron/bridge/models/{fam}/modeling_{name}/layer_{i}.py",
+    "src/megatron/bridge/models/{fam}/data/collate_{i}.py",
+    "src/megatron/bridge/models/conversion/{name}_{i}.py",
+    "src/megatron/bridge/peft/{name}_{i}.py",
+    "src/megatron/bridge/training/{name}_{i}.py",
+    "src/megatron/bridge/recipes/{fam}/{name}_{i}.py",
+    "tests/unit_tests/models/{fam}/test_{name}_{i}.py",
+    "docs/models/{fam}/{name}_{i}.md",
+    "examples/models/{fam}/{name}_{i}.sh",
+]
+
+
+def synthetic_diff(families: list[str], count: int, seed: int = 0) -> str:
+    rnd = random.Random(seed)
+    lines: list[str] = []
+    for i in range(count):
+        fam = rnd.choice(families)
+        path = rnd.choice(AREAS).format(fam=fam, name=f"{fam}_{i % 7}", i=i)
+        status = rnd.choice("MMMMAD")
+        if i % 50 == 0:
+            lines.append(f"R095\t{path}\t{path.replace('.py', '_new.py')}")
+        else:
+            lines.append(f"{status}\t{path}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=3000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    matrix = load_matrix()
+    text = synthetic_diff(sorted(matrix.families), args.files)
+
+    best = float("inf")
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        files = parse_name_status(text)
+        selection = select(matrix, files)
+        plan = Plan(selection, expand(matrix, selection))
+        render_json(plan)
+        best = min(best, time.perf_counter() - t0)
+    print(
+        f"in-process: {args.files} files -> {len(plan.cells)} cells in {best * 1000:.0f} ms (best of {args.repeat})"
+    )
+
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+        fh.write(text)
+    cmd = [sys.executable, "-m", "verl_e2e", "plan", "--changed-files", fh.name, "--format", "json"]
+    walls = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        walls.append(time.perf_counter() - t0)
+    Path(fh.name).unlink()
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(
+        f"CLI end to end: best {min(walls) * 1000:.0f} ms, median {sorted(walls)[len(walls) // 2] * 1000:.0f} ms, "
+        f"peak RSS {rss_mb:.0f} MB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
