@@ -71,9 +71,8 @@ def main() -> int:
         plan = Plan(selection, expand(matrix, selection))
         render_json(plan)
         best = min(best, time.perf_counter() - t0)
-    print(
-        f"in-process: {args.files} files -> {len(plan.cells)} cells in {best * 1000:.0f} ms (best of {args.repeat})"
-    )
+    cells, ms = len(plan.cells), best * 1000
+    print(f"in-process: {args.files} files -> {cells} cells in {ms:.0f} ms (best of {args.repeat})")
 
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
         fh.write(text)
@@ -85,10 +84,8 @@ def main() -> int:
         walls.append(time.perf_counter() - t0)
     Path(fh.name).unlink()
     rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(
-        f"CLI end to end: best {min(walls) * 1000:.0f} ms, median {sorted(walls)[len(walls) // 2] * 1000:.0f} ms, "
-        f"peak RSS {rss_mb:.0f} MB"
-    )
+    best_ms, median_ms = min(walls) * 1000, sorted(walls)[len(walls) // 2] * 1000
+    print(f"CLI end to end: best {best_ms:.0f} ms, median {median_ms:.0f} ms, peak RSS {rss_mb:.0f} MB")
     return 0
 
 
