@@ -24,13 +24,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from verl_e2e.evidence import parse_file
+from verl_e2e.parallel import parse_file
 
 CHATTER = [
-    "\x1b[36m(WorkerDict pid={pid})\x1b[0m kwargs: {{'n': 1, 'logprobs': 0, 'max_tokens': 512, 'detokenize': False, "
-    "'temperature': 1.0, 'top_k': -1, 'top_p': 1, 'ignore_eos': False}}",
-    "\x1b[36m(WorkerDict pid={pid}, ip=10.0.0.{ip})\x1b[0m /usr/local/lib/python3.10/dist-packages/torch/distributed/"
-    "fsdp/fully_sharded_data_parallel.py:690: FutureWarning: FSDP.state_dict_type() is being deprecated."
+    "\x1b[36m(WorkerDict pid={pid})\x1b[0m kwargs: {{'n': 1, 'logprobs': 0, 'max_tokens': 512, "
+    "'detokenize': False, 'temperature': 1.0, 'top_k': -1, 'top_p': 1, 'ignore_eos': False}}",
+    "\x1b[36m(WorkerDict pid={pid}, ip=10.0.0.{ip})\x1b[0m /usr/local/lib/python3.10/dist-packages/torch/"
+    "distributed/fsdp/fully_sharded_data_parallel.py:690: FutureWarning: state_dict_type() is deprecated."
     "\x1b[32m [repeated 7x across cluster]\x1b[0m",
     "\x1b[36m(TaskRunner pid={pid})\x1b[0m list(reward_extra_infos_dict.keys())=[]",
     "\x1b[36m(WorkerDict pid={pid})\x1b[0m INFO {n:02d}-01 12:00:00 [async_llm.py:270] Added request {n}.",
@@ -85,7 +85,8 @@ def synthetic_log(target_bytes: int, seed: int = 0) -> Iterator[str]:
         text = "\n".join(chunk) + "\n"
         size += len(text)
         yield text
-    yield "\x1b[36m(TaskRunner pid=1200)\x1b[0m (\"Final validation metrics: {'val-core/openai/gsm8k/acc/mean@1': \"\n"
+    prefix = "\x1b[36m(TaskRunner pid=1200)\x1b[0m"
+    yield f"{prefix} (\"Final validation metrics: {{'val-core/openai/gsm8k/acc/mean@1': \"\n"
     yield "\x1b[36m(TaskRunner pid=1200)\x1b[0m  '0.71}')\n"
 
 

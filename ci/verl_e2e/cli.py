@@ -6,6 +6,8 @@ Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matr
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -19,9 +21,14 @@ from verl_e2e.cells import expand
 from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
 from verl_e2e.config import LEVELS, default_matrix_path, load_matrix, stringify_keys, validate_document
 from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
+from verl_e2e.evidence import parse_stream, render_evidence
 from verl_e2e.examples import EXAMPLES
+from verl_e2e.judging import judge_run_dir
+from verl_e2e.parallel import parse_file
 from verl_e2e.plan import Plan, render_json, render_text, write_github
 from verl_e2e.select import select
+from verl_e2e.signatures import Signature
+from verl_e2e.verdict import render_text as render_verdict
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,6 +123,27 @@ def _build_parser() -> argparse.ArgumentParser:
 
     families = sub.add_parser("families", help="list the model families and their checkpoints")
     families.add_argument("--matrix", metavar="PATH")
+
+    evidence = sub.add_parser(
+        "evidence",
+        help="read a bare verl log (e.g. from a manual run) and print what it shows",
+        description="Parse a verl console log: steps, progress, saves, resume, first exception, failure "
+        "class, NaNs, validation metrics, traced wrapper variables and Bridge import paths.",
+    )
+    evidence.add_argument("log", metavar="LOG", help="a verl console log; '-' reads stdin")
+    evidence.add_argument("--format", choices=("json", "text"), default="text")
+    evidence.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
+
+    judge = sub.add_parser(
+        "judge",
+        help="(re-)judge run dirs: write evidence.json, verdict.json, junit.xml and print the summary",
+        description="Judge each run dir from its logs and records. Exit 0 when every cell passed or was "
+        "skipped, 1 when any failed or was blocked.",
+    )
+    judge.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    judge.add_argument("--baseline", metavar="LOG", help="a known-good run's log for the Level 5 trend")
+    judge.add_argument("--format", choices=("text", "json"), default="text")
+    judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
     return parser
 
 
@@ -206,6 +234,40 @@ def _cmd_families(args: argparse.Namespace, stdout: TextIO) -> int:
     return 0
 
 
+def _signatures(matrix_path: str | None) -> tuple[Signature, ...]:
+    return load_matrix(matrix_path).signatures
+
+
+def _cmd_evidence(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    sigs = _signatures(args.matrix)
+    if args.log == "-":
+        ev = parse_stream(getattr(stdin, "buffer", None) or io.BytesIO(stdin.read().encode()), sigs)
+    else:
+        path = Path(args.log)
+        if not path.is_file():
+            raise UsageError(
+                f"evidence: {args.log}: no such file; pass the path of a verl console log or '-'"
+            )
+        ev = parse_file(path, sigs)
+    if args.format == "json":
+        stdout.write(json.dumps(ev.to_json(), indent=2, sort_keys=True) + "\n")
+    else:
+        stdout.write(render_evidence(ev))
+    return 0
+
+
+def _cmd_judge(args: argparse.Namespace, stdout: TextIO) -> int:
+    sigs = _signatures(args.matrix)
+    if args.baseline and not Path(args.baseline).is_file():
+        raise UsageError(f"judge: --baseline {args.baseline}: no such file; pass a known-good run's log")
+    verdicts = [judge_run_dir(path, args.baseline, sigs) for path in args.run_dirs]
+    if args.format == "json":
+        stdout.write(json.dumps([v.to_json() for v in verdicts], indent=2, sort_keys=True) + "\n")
+    else:
+        stdout.write("\n".join(f"== {v.cell_id}\n{render_verdict(v)}" for v in verdicts))
+    return 0 if all(v.result in ("Pass", "Skipped") for v in verdicts) else 1
+
+
 def main(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -224,6 +286,10 @@ def main(
             return _cmd_validate(args, stdout)
         if args.command == "families":
             return _cmd_families(args, stdout)
+        if args.command == "evidence":
+            return _cmd_evidence(args, stdin, stdout)
+        if args.command == "judge":
+            return _cmd_judge(args, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:

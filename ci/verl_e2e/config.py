@@ -22,6 +22,7 @@ from jsonschema.exceptions import ValidationError
 
 from verl_e2e.errors import ConfigError, did_you_mean
 from verl_e2e.globs import PathSet
+from verl_e2e.signatures import Signature, build_signatures, default_signatures
 
 Flag = Literal["moe", "vlm", "mtp"]
 LEVELS = (0, 1, 2, 3, 4, 5)
@@ -124,6 +125,7 @@ class Matrix:
     escalations: tuple[Rule, ...]
     ignore: tuple[tuple[str, PathSet], ...]
     rules: tuple[Rule, ...]
+    signatures: tuple[Signature, ...] = ()  # matrix.yaml's own, then the shipped defaults
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     def __repr__(self) -> str:
@@ -366,4 +368,16 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
     ignore = tuple(
         (name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items()
     )
-    return Matrix(source, defaults, runners, levels, families, escalations, ignore, rules, raw=doc)
+    extra = build_signatures(doc.get("signatures", []), f"{source}::$.signatures")
+    return Matrix(
+        source,
+        defaults,
+        runners,
+        levels,
+        families,
+        escalations,
+        ignore,
+        rules,
+        signatures=extra + default_signatures(),
+        raw=doc,
+    )

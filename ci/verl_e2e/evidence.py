@@ -15,7 +15,6 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from verl_e2e.signatures import Signature, default_signatures
@@ -363,8 +362,8 @@ class LogParser:
                 self._series_points += 1
         if "nan" in line:  # kept keys were checked above; this catches a NaN in any other metric
             for key, raw in _PAIR.findall(line, m.end()):
-                value = parse_number(raw)
-                if value is not None and value != value and NAN_WATCHED.search(key):
+                parsed = parse_number(raw)
+                if parsed is not None and math.isnan(parsed):
                     self._non_finite(step, key, raw)
         return True
 
@@ -429,7 +428,7 @@ class LogParser:
         if "tracker file does not exist" in line:
             ev.tracker_missing = True
             return
-        if line.startswith(("Loading from", "Loaded", "Loading")) or "[rank" in line and "Loading" in line:
+        if line.startswith(("Loading from", "Loaded", "Loading")) or ("[rank" in line and "Loading" in line):
             return
         s = _SAVE.search(line)
         if s:
@@ -621,20 +620,39 @@ def _stuck_at_zero(values: list[tuple[float, bool]]) -> bool:
     return len(values) >= 2 or values[0][1]
 
 
+def render_evidence(ev: Evidence) -> str:
+    """A short human reading of a log's evidence."""
+    exc = f"{ev.exception['type']}: {ev.exception['message'][:200]}" if ev.exception else "none"
+    rows = [
+        ("stage reached", ev.stage),
+        ("failure class", ev.failure_class + (f" ({ev.failure_signature})" if ev.failure_signature else "")),
+        ("first exception", exc),
+        ("steps", f"{ev.step_lines} step lines, last step {ev.max_step}"),
+        ("progress", ev.progress_final or "none"),
+        ("saves", ", ".join(map(str, ev.saves)) or "none"),
+        (
+            "resume",
+            f"from step {ev.resumed_from}"
+            if ev.resumed_from is not None
+            else ("from scratch" if ev.from_scratch else "not shown"),
+        ),
+        ("NaN/Inf", ", ".join(ev.nan_metrics[:3]) or "none"),
+        ("VANILLA_MBRIDGE", ev.traced_env.get("VANILLA_MBRIDGE", "not traced")),
+        (
+            "Bridge imports",
+            ", ".join(f"{k}={v}" for k, v in ev.bridge_imports.items() if k != "other") or "not recorded",
+        ),
+        ("hint", ev.hint or "none"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
+
+
 def parse_stream(stream: BinaryIO, signatures: Iterable[Signature] | None = None) -> Evidence:
     parser = LogParser(signatures)
     while chunk := stream.read(CHUNK):
         parser.feed(chunk)
     return parser.finish()
-
-
-def parse_file(
-    path: str | Path, signatures: Iterable[Signature] | None = None, *, workers: int | None = None
-) -> Evidence:
-    """Parse a log file; a large one is split into byte ranges parsed by `workers` processes."""
-    from verl_e2e.parallel import parse_file_parallel
-
-    return parse_file_parallel(Path(path), tuple(signatures) if signatures is not None else None, workers)
 
 
 def parse_bytes(data: bytes, signatures: Iterable[Signature] | None = None) -> Evidence:

@@ -10,6 +10,7 @@ facts (exception, signature hits, command) come from the earliest range that has
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,17 +136,20 @@ def _merge_bridge(into: dict[str, Any], new: dict[str, Any]) -> None:
             into.setdefault(key, value)
 
 
-def parse_file_parallel(
-    path: Path, signatures: tuple[Signature, ...] | None, workers: int | None
+def parse_file(
+    path: str | Path, signatures: Iterable[Signature] | None = None, *, workers: int | None = None
 ) -> Evidence:
+    """Parse a log file; a large one is split into byte ranges parsed by `workers` processes."""
+    path = Path(path)
+    sigs = tuple(signatures) if signatures is not None else None
     size = path.stat().st_size
     n = workers if workers is not None else (os.cpu_count() or 1)
     if n <= 1 or size < PARALLEL_MIN_BYTES:
         with path.open("rb") as fh:
-            return parse_stream(fh, signatures)
+            return parse_stream(fh, sigs)
     step = -(-size // n)  # one range per worker: equal shares of the file
     bounds = [(a, min(a + step, size)) for a in range(0, size, step)]
     with ProcessPoolExecutor(max_workers=n) as pool:
-        futures = [pool.submit(_parse_range, str(path), a, b, signatures) for a, b in bounds]
+        futures = [pool.submit(_parse_range, str(path), a, b, sigs) for a, b in bounds]
         parts = [f.result() for f in futures]
-    return merge(parts, signatures)
+    return merge(parts, sigs)

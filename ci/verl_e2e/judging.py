@@ -1,0 +1,46 @@
+"""Judge a run dir: parse each phase's log, decide the verdict, write evidence/verdict/JUnit.
+
+The I/O edge around the pure `evidence` and `verdict` modules; `verl-e2e judge RUN_DIR` and
+`run-cell` (after the last phase) both call `judge_run_dir`, so any old run can be re-judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from verl_e2e import junit
+from verl_e2e.evidence import Evidence
+from verl_e2e.parallel import parse_file
+from verl_e2e.rundir import load_run_dir, write_json
+from verl_e2e.signatures import Signature
+from verl_e2e.verdict import Verdict, judge
+
+
+def judge_run_dir(
+    path: str | Path, baseline_log: str | Path | None = None, signatures: Iterable[Signature] | None = None
+) -> Verdict:
+    run = load_run_dir(path)
+    sigs = tuple(signatures) if signatures is not None else None
+    evidences: dict[str, Evidence] = {}
+    for phase in run.phases:
+        log = run.log_path(phase)
+        if phase.status != "not_run" and log.is_file():
+            evidences[phase.name] = parse_file(log, sigs)
+    baseline = parse_file(baseline_log, sigs) if baseline_log else None
+    verdict = judge(
+        run.cell,
+        phases=run.phases,
+        evidences=evidences,
+        provenance=run.provenance,
+        bridge_tests=run.bridge_tests,
+        checkpoints=run.checkpoints,
+        baseline=baseline,
+        log_capture=str(run.path),
+    )
+    write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
+    write_json(run.path / "verdict.json", verdict.to_json())
+    tmp = run.path / "junit.xml.tmp"
+    tmp.write_text(junit.render([verdict]), encoding="utf-8")
+    tmp.replace(run.path / "junit.xml")
+    return verdict
