@@ -189,3 +189,67 @@ def test_validate_shipped_and_families(subproc) -> None:
     assert subproc("validate").code == 0
     families = subproc("families")
     assert families.code == 0 and "qwen_vl" in families.out and "(dummy)" in families.out
+
+
+EVIDENCE_KEYS = {
+    "max_step",
+    "step_lines",
+    "progress_final",
+    "saves",
+    "resumed_from",
+    "from_scratch",
+    "exception",
+    "failure_class",
+    "nan_or_inf_in_metrics",
+    "zero_grad_norm",
+}
+
+
+def test_evidence_json_for_a_bare_log(subproc, tmp_path: Path) -> None:
+    from . import verl_log as V
+
+    log = tmp_path / "manual.log"
+    log.write_text(V.run(2, save_freq=1) + V.worker_traceback("KeyError", "'old_log_probs'"))
+    result = subproc("evidence", str(log), "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert set(data) >= EVIDENCE_KEYS
+    assert (data["max_step"], data["saves"], data["exception"]["type"]) == (2, [1, 2], "KeyError")
+    text = subproc("evidence", "-", stdin=log.read_text())
+    assert text.code == 0 and "KeyError: 'old_log_probs'" in text.out and "failure class" in text.out
+
+
+def test_judge_exit_codes_and_files(subproc, tmp_path: Path, matrix) -> None:
+    from . import verl_log as V
+    from .rundirs import cell_for, write_run_dir
+
+    good = write_run_dir(
+        tmp_path / "good",
+        cell_for(matrix, 0),
+        {"run": V.run(1)},
+        bridge_tests={"status": "pass", "command": "pytest", "summary": "1 passed"},
+    )
+    bad = write_run_dir(
+        tmp_path / "bad",
+        cell_for(matrix, 0, "llama"),
+        {"run": V.run(1) + V.worker_traceback("KeyError", "'x'")},
+    )
+    ok = subproc("judge", str(good))
+    assert ok.code == 0, ok.err
+    assert "Result: Pass" in ok.out and (good / "junit.xml").is_file()
+    both = subproc("judge", str(good), str(bad), "--format", "json")
+    assert both.code == 1
+    assert [v["result"] for v in json.loads(both.out)] == ["Pass", "Fail"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("evidence", "/nonexistent.log"), "no such file"),
+        (("judge", "/nonexistent-run-dir"), "not a directory"),
+        (("judge", str(ROOT / "tests")), "no readable cell.json"),
+    ],
+)
+def test_evidence_and_judge_bad_input(subproc, argv: tuple[str, ...], message: str) -> None:
+    result = subproc(*argv)
+    assert result.code == 2 and message in result.err and "Traceback" not in result.err

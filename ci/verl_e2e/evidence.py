@@ -34,6 +34,7 @@ MAX_ITEMS = 50  # residual-noise lines, frames, key lines kept
 PROGRESS = b"Training Progress"
 BASE_NEEDLES = (
     b"step:",
+    b"resource_tracker",
     b"global_step",
     b"rror",
     b"xception",
@@ -46,7 +47,7 @@ BASE_NEEDLES = (
 )
 # The wrapper's `set -x` trace comes before training starts; it is looked for until the trainer's
 # command line has been traced (a `\n+` needle over a whole log would cost a pass per newline).
-TRACE_NEEDLE = b"\n+"
+TRACE_NEEDLES = (b"\n+", b"\r+")
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _RAY_PREFIX = re.compile(
@@ -68,6 +69,7 @@ _RESUME = re.compile(
 )
 _SCRATCH = re.compile(r"Training from scratch")
 _VALIDATION = re.compile(r"(Initial|Final) validation metrics: ")
+_DANGLING_QUOTE = re.compile(r"""(':\s*)["']""")
 _VAL_PAIR = re.compile(r"'([^']+)':\s*(?:np\.float\d*\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))")
 _RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
 _EXCEPTION = re.compile(
@@ -169,7 +171,14 @@ class Evidence:
     bytes_read: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Strict JSON: a non-finite metric value becomes the string verl printed ("nan", "inf")."""
+        data = asdict(self)
+        data["series"] = {k: [[s, _json_number(v)] for s, v in pts] for k, pts in self.series.items()}
+        return data
+
+
+def _json_number(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
 
 
 def clean_line(raw: str) -> str:
@@ -200,13 +209,23 @@ class LogParser:
         needles = set(BASE_NEEDLES) | {s.needle.encode() for s in self.signatures}
         self.needles = tuple(sorted(needles))
         self._failure_keys = tuple(
-            {"rror", "xception", "nterrupt", 'File "', *(s.needle for s in self.signatures)} - {"heckpoint"}
+            {
+                "rror",
+                "xception",
+                "nterrupt",
+                'File "',
+                "resource_tracker",
+                *(s.needle for s in self.signatures),
+            }
+            - {"heckpoint"}
         )
         self._line_rx = self._line_rx_trace = None
         if _re2 is not None and use_re2:
             alternatives = b"|".join(re.escape(n) for n in self.needles)
             self._line_rx = _re2.compile(b"(?m)^[^\n]*(?:" + alternatives + b")[^\n]*")
-            self._line_rx_trace = _re2.compile(b"(?m)^(?:\\+[^\n]*|[^\n]*(?:" + alternatives + b")[^\n]*)")
+            self._line_rx_trace = _re2.compile(
+                b"(?m)^(?:(?:[^\n]*\r)?\\+[^\n]*|[^\n]*(?:" + alternatives + b")[^\n]*)"
+            )
         self.ev = Evidence()
         self._carry = b""
         self._first_line = True
@@ -265,11 +284,11 @@ class LogParser:
         """The fallback scan: one `bytes.find` pass per needle."""
         starts: set[int] = set()
         find, rfind = buf.find, buf.rfind
-        needles = (*self.needles, TRACE_NEEDLE) if tracing else self.needles
+        needles = (*self.needles, *TRACE_NEEDLES) if tracing else self.needles
         for needle in needles:
             i = find(needle)
             while i != -1:
-                at = i + 1 if needle[0:1] == b"\n" else i
+                at = i + 1 if needle[0:1] in (b"\n", b"\r") else i
                 nl_before = rfind(b"\n", 0, at)
                 start = max(nl_before, rfind(b"\r", nl_before + 1, at)) + 1
                 starts.add(start)
@@ -287,20 +306,26 @@ class LogParser:
         if b"\r" not in raw:
             self._line(clean_line(raw.decode("utf-8", errors="replace")), buf, end)
             return
-        segments = raw.split(b"\r")
+        segments, pos = [], start
+        for segment in raw.split(b"\r"):
+            segments.append((segment, pos + len(segment)))
+            pos += len(segment) + 1
         if len(segments) > 40:  # a long run of progress updates: the first and last ones tell it all
             segments = segments[:20] + segments[-20:]
-        for segment in segments:
+        for segment, seg_end in segments:
             if segment.strip():
-                self._line(clean_line(segment.decode("utf-8", errors="replace")), buf, end)
+                self._line(clean_line(segment.decode("utf-8", errors="replace")), buf, seg_end)
 
     def _following_lines(self, buf: bytes, pos: int, limit: int) -> Iterator[str]:
-        """Lines after `pos` in the same chunk (for multi-line validation dicts)."""
+        """Lines after the separator at `pos` in the same chunk (for multi-line validation dicts)."""
+        n = len(buf)
         for _ in range(limit):
-            if pos >= len(buf):
+            if pos >= n:
                 return
-            nxt = buf.find(b"\n", pos + 1)
-            nxt = len(buf) if nxt == -1 else nxt
+            nl = buf.find(b"\n", pos + 1)
+            nl = n if nl == -1 else nl
+            cr = buf.find(b"\r", pos + 1, nl)
+            nxt = nl if cr == -1 else cr
             yield clean_line(buf[pos + 1 : nxt].decode("utf-8", errors="replace"))
             pos = nxt
 
@@ -311,18 +336,17 @@ class LogParser:
             return
         if line.startswith("step:") and self._step(line):
             return
-
         if line.startswith("+"):
             self._trace(line)
             return
-        if "validation metrics: " in line:
-            self._validation(line, buf, end)
         if "global_step" in line or "global step" in line or "scratch" in line or "tracker" in line:
             self._checkpoint(line)
         if "bridge" in line:
             self._bridge(line)
         if any(k in line for k in self._failure_keys):
             self._failure(line)
+        if "validation metrics: " in line:  # last: it may read ahead into the following lines
+            self._validation(line, buf, end)
 
     def _progress(self, line: str) -> None:
         for m in _PROGRESS.finditer(line):
@@ -393,6 +417,7 @@ class LogParser:
         if "None" in text[:6]:
             return
         self._pending_validation = (m.group(1), [text])
+        self._key(f"{m.group(1)} validation metrics logged")
         if "}" in text:
             self._close_validation()
         else:
@@ -417,7 +442,6 @@ class LogParser:
             self.ev.initial_validation = values
         else:
             self.ev.final_validation = values
-        self._key(f"{which} validation metrics: {len(values)} values")
 
     def _checkpoint(self, line: str) -> None:
         ev = self.ev
@@ -502,8 +526,9 @@ class LogParser:
             self._key(line)
 
     def _key(self, line: str) -> None:
-        if len(self.ev.key_lines) < MAX_ITEMS:
-            self.ev.key_lines.append(line[:300])
+        text = line[:300]
+        if len(self.ev.key_lines) < MAX_ITEMS and text not in self.ev.key_lines:
+            self.ev.key_lines.append(text)
 
     # ------------------------------------------------------------------------------------ summary
 
@@ -610,7 +635,8 @@ def _unquote(parts: list[str]) -> str:
         if len(p) >= 2 and p[0] in "'\"" and p[-1] == p[0]:
             p = p[1:-1]
         out.append(p)
-    return "".join(out)
+    # The header's remainder still ends in the quote that opened pprint's next fragment: `...': "`.
+    return _DANGLING_QUOTE.sub(r"\1", "".join(out))
 
 
 def _stuck_at_zero(values: list[tuple[float, bool]]) -> bool:

@@ -116,7 +116,7 @@ def merge(parts: list[Partial], signatures: tuple[Signature, ...] | None) -> Evi
         for key, flat in p.series.items():
             into = out._series.setdefault(key, [])
             into += flat[: 2 * MAX_SERIES - len(into)]
-        ev.key_lines = (ev.key_lines + e.key_lines)[:MAX_ITEMS]
+        ev.key_lines = list(dict.fromkeys(ev.key_lines + e.key_lines))[:MAX_ITEMS]
         out._grad_norms += p.grad_norms
         for name, line in p.signature_hits.items():
             out._signature_hits.setdefault(name, line)
