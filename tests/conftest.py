@@ -16,7 +16,15 @@ from verl_e2e.cli import main
 from verl_e2e.config import Matrix, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+
+
+def _shared() -> Path:
+    """The team's shared data (verl log excerpts), read in place: $VERL_E2E_SHARED, ../shared or /work/shared."""
+    candidates = [os.environ.get("VERL_E2E_SHARED", ""), str(ROOT.parent / "shared"), "/work/shared"]
+    return next((Path(c) for c in candidates if c and (Path(c) / "reference").is_dir()), ROOT.parent / "shared")
+
+
+SHARED = _shared()
 
 
 @pytest.fixture(scope="session")
