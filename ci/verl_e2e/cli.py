@@ -14,12 +14,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+import docker.errors
 import yaml
 
-from verl_e2e import __version__
+from verl_e2e import __version__, cli_run
 from verl_e2e.cells import expand
 from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
-from verl_e2e.config import LEVELS, default_matrix_path, load_matrix, stringify_keys, validate_document
+from verl_e2e.config import (
+    LEVELS,
+    Matrix,
+    default_matrix_path,
+    load_matrix,
+    stringify_keys,
+    validate_document,
+)
 from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
 from verl_e2e.evidence import parse_stream, render_evidence
 from verl_e2e.examples import EXAMPLES
@@ -56,6 +64,43 @@ def parse_levels(text: str) -> list[int] | None:
     return sorted(levels)
 
 
+def _change_arguments(p: argparse.ArgumentParser) -> None:
+    """What changed and which levels: shared by `plan` and `run`."""
+    src = p.add_argument_group("what changed (one of)")
+    src.add_argument(
+        "--changed-files",
+        metavar="FILE",
+        help="`git diff --name-status` lines or bare paths; '-' reads stdin",
+    )
+    src.add_argument(
+        "--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)"
+    )
+    src.add_argument(
+        "--example",
+        nargs="?",
+        const="new-provider",
+        choices=sorted(EXAMPLES),
+        help="plan a built-in example change (default: new-provider)",
+    )
+    p.add_argument(
+        "--base", metavar="REV", help="base revision; the diff starts at its merge base with --head"
+    )
+    p.add_argument("--head", metavar="REV", default=None, help="head revision (default: HEAD)")
+    p.add_argument(
+        "--levels",
+        default="auto",
+        help="'auto' (from the rules), 'all', or a list such as 0,2 (default: auto)",
+    )
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run on this model family instead (repeatable or comma list)",
+    )
+    p.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="verl-e2e",
@@ -75,39 +120,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "  verl-e2e plan --levels 0,2 --family qwen_vl",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    src = plan.add_argument_group("what changed (one of)")
-    src.add_argument(
-        "--changed-files",
-        metavar="FILE",
-        help="`git diff --name-status` lines or bare paths; '-' reads stdin",
-    )
-    src.add_argument(
-        "--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)"
-    )
-    src.add_argument(
-        "--example",
-        nargs="?",
-        const="new-provider",
-        choices=sorted(EXAMPLES),
-        help="plan a built-in example change (default: new-provider)",
-    )
-    plan.add_argument(
-        "--base", metavar="REV", help="base revision; the diff starts at its merge base with --head"
-    )
-    plan.add_argument("--head", metavar="REV", default=None, help="head revision (default: HEAD)")
-    plan.add_argument(
-        "--levels",
-        default="auto",
-        help="'auto' (from the rules), 'all', or a list such as 0,2 (default: auto)",
-    )
-    plan.add_argument(
-        "--family",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="run on this model family instead (repeatable or comma list)",
-    )
-    plan.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
+    _change_arguments(plan)
     plan.add_argument(
         "--format", choices=("text", "json", "github"), default="text", help="output format (default: text)"
     )
@@ -144,6 +157,18 @@ def _build_parser() -> argparse.ArgumentParser:
     judge.add_argument("--baseline", metavar="LOG", help="a known-good run's log for the Level 5 trend")
     judge.add_argument("--format", choices=("text", "json"), default="text")
     judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
+
+    cli_run.add_commands(sub)
+    run = sub.add_parser(
+        "run",
+        help="plan a change and run every cell locally (plan -> image -> cells -> run dirs)",
+        description="The all-in-one local command: plan, ensure the image, run each cell into OUT/<cell id>. "
+        "Without a Docker engine or GPUs it stops before running, says why and prints the docker commands "
+        "it would have run (exit 2).",
+    )
+    _change_arguments(run)
+    cli_run.run_options(run)
+    run.add_argument("--dry-run", action="store_true", help="print the plan and the docker commands only")
     return parser
 
 
@@ -177,19 +202,22 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
     return None, {"source": "none", "summary": "no changes given"}
 
 
-def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:
+def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
     requested = parse_levels(args.levels)
     families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
-    matrix = load_matrix(args.matrix)
     files, context = _changes(args, stdin)
     if files is None and requested is None:
         raise UsageError(
-            "plan: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
+            f"{args.command}: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
             "or explicit --levels (e.g. --levels 0)"
         )
     selection = select(matrix, files or [], requested, families)
-    cells = expand(matrix, selection, args.model)
-    plan = Plan(selection, cells, context)
+    return Plan(selection, expand(matrix, selection, args.model), context)
+
+
+def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    plan = _make_plan(args, matrix, stdin)
     if args.out:
         Path(args.out).write_text(render_json(plan), encoding="utf-8")
     if args.format == "json":
@@ -202,6 +230,20 @@ def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, s
     else:
         stdout.write(render_text(plan, matrix))
     return 0
+
+
+def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    plan = _make_plan(args, matrix, stdin)
+    stdout.write(render_text(plan, matrix))
+    if not plan.cells:
+        stdout.write("verl-e2e: nothing to run\n")
+        return 0
+    if args.dry_run:
+        image = args.image or (cli_run.image_tag(args, matrix) if args.verl else "IMAGE")
+        stdout.write("".join(f"  {line}\n" for line in cli_run.would_run(plan.cells, args, matrix, image)))
+        return 0
+    return cli_run.run_cells(plan.cells, args, matrix, stdout)
 
 
 def _cmd_validate(args: argparse.Namespace, stdout: TextIO) -> int:
@@ -290,11 +332,21 @@ def main(
             return _cmd_evidence(args, stdin, stdout)
         if args.command == "judge":
             return _cmd_judge(args, stdout)
+        if args.command == "image":
+            return cli_run.cmd_image(args, stdout)
+        if args.command == "run-cell":
+            return cli_run.cmd_run_cell(args, stdout)
+        if args.command == "run":
+            return _cmd_run(args, stdin, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:
         stderr.write(f"verl-e2e: error: {exc}\n")
         return exc.exit_code
+    except docker.errors.DockerException as exc:
+        detail = str(getattr(exc, "explanation", None) or exc).strip().splitlines()[-1][:300]
+        stderr.write(f"verl-e2e: error: the container engine refused: {detail}\n")
+        return 1
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from jsonschema.exceptions import ValidationError
 
 from verl_e2e.errors import ConfigError, did_you_mean
 from verl_e2e.globs import PathSet
+from verl_e2e.resources import matrix_path
 from verl_e2e.signatures import Signature, build_signatures, default_signatures
 
 Flag = Literal["moe", "vlm", "mtp"]
@@ -151,10 +152,7 @@ def schema() -> dict[str, Any]:
 
 def default_matrix_path() -> Path:
     """The matrix shipped in the wheel, or the repository's own when running from a checkout."""
-    packaged = resources.files("verl_e2e").joinpath("data/matrix.yaml")
-    if packaged.is_file():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parents[2] / "matrix.yaml"
+    return matrix_path()
 
 
 _SafeBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present

@@ -81,7 +81,7 @@ _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|ray::\w+\.(\w+)\(\)')
 _TRACE = re.compile(r"^\++ (?:export |declare -x )?([A-Z_][A-Z0-9_]*)=(.*)$")
 _TRACE_CMD = re.compile(r"^\++ (.*verl\.trainer\.main_ppo.*)$")
 _BRIDGE = re.compile(r"(\S*/megatron/bridge/__init__\.py)")
-_DRIVER_RECORD = re.compile(r"verl-e2e: bridge import \((driver|ray-worker)\): (\S+)")
+_DRIVER_RECORD = re.compile(r"verl-e2e: bridge import \((driver|ray-worker|pid \d+)\): (.+?)\s*$")
 _NUMBER = re.compile(
     r"^(?:np\.float\d*\(|tensor\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\)?$", re.I
 )
@@ -471,8 +471,15 @@ class LogParser:
     def _bridge(self, line: str) -> None:
         rec = _DRIVER_RECORD.search(line)
         if rec:
-            self.ev.bridge_imports[rec.group(1)] = rec.group(2)
-            self._key(line)
+            where, path = rec.group(1), rec.group(2)
+            if where.startswith("pid "):  # the import probe inside verl's own processes
+                seen = self.ev.bridge_imports.setdefault("processes", [])
+                if path not in seen and len(seen) < MAX_ITEMS:
+                    seen.append(path)
+                    self._key(line)
+            else:
+                self.ev.bridge_imports[where] = path
+                self._key(line)
             return
         b = _BRIDGE.search(line)
         if b:

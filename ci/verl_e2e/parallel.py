@@ -130,8 +130,8 @@ def merge(parts: list[Partial], signatures: tuple[Signature, ...] | None) -> Evi
 
 def _merge_bridge(into: dict[str, Any], new: dict[str, Any]) -> None:
     for key, value in new.items():
-        if key == "other":
-            into["other"] = list(dict.fromkeys([*into.get("other", []), *value]))[:MAX_ITEMS]
+        if key in ("other", "processes"):
+            into[key] = list(dict.fromkeys([*into.get(key, []), *value]))[:MAX_ITEMS]
         else:
             into.setdefault(key, value)
 

@@ -93,10 +93,12 @@ def _bridge_tests(tests: Mapping[str, Any] | None) -> Check:
 def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) -> tuple[Check, bool]:
     """(check, wrong_bridge). Both the driver and a Ray worker must import the mounted checkout."""
     recorded: dict[str, str] = {}
+    processes: list[str] = []
     for ev in evidences:
         for where in ("driver", "ray-worker"):
             if where in ev.bridge_imports:
                 recorded.setdefault(where.replace("-", "_"), ev.bridge_imports[where])
+        processes += ev.bridge_imports.get("processes", [])
     for where, path in (provenance.get("bridge_import") or {}).items():
         if isinstance(path, str):
             recorded[where.replace("-", "_")] = path
@@ -112,6 +114,7 @@ def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) 
         return "/src/megatron/bridge/" in path and "-packages/" not in path
 
     wrong = {w: p for w, p in recorded.items() if not local(p)}
+    wrong |= {"a verl process": p for p in processes if not local(p)}
     if wrong:
         where, path = next(iter(wrong.items()))
         return Check(
@@ -119,6 +122,8 @@ def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) 
         ), True
     missing = [w for w in ("driver", "ray_worker") if w not in recorded]
     shown = recorded.get("ray_worker") or recorded.get("driver") or ""
+    if processes:
+        shown += f" (and {len(processes)} verl process(es) imported the same checkout)"
     if missing:
         return Check("local_bridge_import", "Fail", f"{shown} (no {' or '.join(missing)} record)"), False
     return Check("local_bridge_import", "Pass", shown), False
@@ -284,9 +289,9 @@ def _key_lines(evidences: Mapping[str, Evidence], phases: Sequence[PhaseRun]) ->
 
 
 def _detected_limitations(
-    cell: Cell, evidences: Mapping[str, Evidence], phases: Sequence[PhaseRun]
+    cell: Cell, evidences: Mapping[str, Evidence], phases: Sequence[PhaseRun], recorded: Sequence[str]
 ) -> list[str]:
-    out = list(cell.limitations)
+    out = list(cell.limitations) + list(recorded)
     for ev in evidences.values():
         command = ev.command or ""
         commands = " ".join([command, *(p.command or "" for p in phases)])
@@ -294,7 +299,9 @@ def _detected_limitations(
             x.startswith("dummy model") for x in out
         ):
             out.append("dummy model: proves construction and training mechanics only")
-        if "reward_model.enable=False" in commands:
+        if "reward_model.enable=False" in commands and not any(
+            x.startswith("reward model disabled") for x in out
+        ):
             out.append("reward model disabled (reward.reward_model.enable=False)")
         if "enforce_eager=True" in commands and not any("enforce_eager" in x for x in out):
             out.append("rollout runs with enforce_eager=True")
@@ -318,24 +325,21 @@ def _outcome(
     evidences: Mapping[str, Evidence],
     checks: Sequence[Check],
     wrong_bridge: str | None,
+    setup_failure: Mapping[str, Any] | None,
 ) -> _Outcome:
     failure_class, failed_phase, stage = _failure(phases, evidences)
+    if wrong_bridge is not None:
+        reason = f"wrong Bridge imported ({wrong_bridge}): not evidence either way"
+        return _Outcome("Blocked", reason, "setup", failed_phase)
+    if setup_failure:
+        klass = str(setup_failure.get("class", "setup"))
+        reason = f"{setup_failure.get('step', 'setup')}: {setup_failure.get('reason', 'failed')}"
+        return _Outcome("Blocked" if klass == "setup" else "Fail", reason, klass, None)
     if all(p.status == "not_run" for p in phases):
         return _Outcome("Skipped", "the cell did not run", failure_class, failed_phase)
-    if wrong_bridge is not None:
-        return _Outcome(
-            "Blocked",
-            f"wrong Bridge imported ({wrong_bridge}): not evidence either way",
-            failure_class,
-            failed_phase,
-        )
     if failure_class == "setup" or (failure_class in BLOCKING_AT_SETUP and stage == "setup"):
-        return _Outcome(
-            "Blocked",
-            f"{failure_class} failure before Bridge model construction",
-            failure_class,
-            failed_phase,
-        )
+        reason = f"{failure_class} failure before Bridge model construction"
+        return _Outcome("Blocked", reason, failure_class, failed_phase)
     if any(c.result == "Fail" for c in checks) or failure_class != "none":
         return _Outcome("Fail", "", failure_class, failed_phase)
     return _Outcome("Pass", "", failure_class, failed_phase)
@@ -446,7 +450,9 @@ def judge(
         "learning_signal": lambda: learning_signal(evidences, baseline),
     }
     checks = [builders[name]() for name in cell.checks if name in builders]
-    out = _outcome(phases, evidences, checks, import_check.detail if wrong else None)
+    out = _outcome(
+        phases, evidences, checks, import_check.detail if wrong else None, provenance.get("setup_failure")
+    )
     command = next((p.command for p in phases if p.command), None) or next(
         (ev.command for ev in evidences.values() if ev.command), None
     )
@@ -463,7 +469,7 @@ def judge(
         deliverables=_deliverables(cell, phases, checks, out, log_capture),
         checks=checks,
         key_lines=_key_lines(evidences, phases),
-        limitations=_detected_limitations(cell, evidences, phases),
+        limitations=_detected_limitations(cell, evidences, phases, provenance.get("limitations", [])),
         follow_ups=_follow_ups(cell, out, evidences, checks),
         failure_class=out.failure_class,
         failed_phase=out.failed_phase,
