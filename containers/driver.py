@@ -55,6 +55,7 @@ class Recorder:
     def __init__(self, out: Path, cell: dict) -> None:
         self.out = out
         self.provenance: dict = {"steps": [], "limitations": [], "commands": []}
+        self.overrides: dict = {}  # env values the driver decided (dummy model paths)
         self.phases = [
             {"name": p["name"], "log": f"{p['name']}.log", "status": "not_run"} for p in cell["phases"]
         ]
@@ -233,7 +234,7 @@ def run_logged(
                 for raw in lines:
                     text = raw.decode("utf-8", errors="replace")
                     sys.stdout.write(f"{prefix}{text}\n")
-                    tail = (tail + [text])[-TAIL:]
+                    tail = [*tail, text][-TAIL:]
                 sys.stdout.flush()
                 continue
             if proc.poll() is not None:
@@ -322,8 +323,8 @@ def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | Non
     _merge(config, cell["dummy_config"])
     target = work / "dummy-config.json"
     target.write_text(json.dumps(config, indent=2))
-    env["DUMMY_MODEL_CONFIG_PATH"] = str(target)
-    env["DUMMY_MODEL_PATH"] = str(work / "dummy-model")
+    rec.overrides["DUMMY_MODEL_CONFIG_PATH"] = str(target)
+    rec.overrides["DUMMY_MODEL_PATH"] = str(work / "dummy-model")
     rec.step(
         "model", "ok", f"dummy model: {env['MODEL_ID']} config shrunk by {cell['dummy_config']}", started
     )
@@ -372,7 +373,7 @@ def bridge_tests(cell: dict, bridge: Path, env: dict, out: Path, rec: Recorder, 
     rec.step("bridge-tests", result["status"], result.get("summary") or result.get("reason", ""), started)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description="Run one verl-e2e cell (in the verl image or on a verl machine)."
     )
@@ -406,18 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CELL_PATH=LOCAL_PATH",
         help="translate a cache path of the cell to this machine's (local backend)",
     )
-    args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGINT, _on_term)
+    return ap.parse_args(argv)
 
-    cell = json.loads(args.cell.read_text())
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    rec = Recorder(out, cell)
-    mapping = [tuple(m.split("=", 1)) for m in args.map]
 
+def record_repos(rec: Recorder, bridge: Path, verl: Path) -> None:
     started = time.time()
-    bridge, verl = args.bridge.resolve(), args.verl.resolve()
     rec.provenance["repos"] = {"bridge": git_state(bridge), "verl": git_state(verl)}
     rec.provenance["bridge"] = dict(rec.provenance["repos"]["bridge"], src=str(bridge / "src"))
     rec.provenance["verl"] = rec.provenance["repos"]["verl"]
@@ -428,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         started,
     )
 
+
+def make_pythonpath(rec: Recorder, bridge: Path, verl: Path) -> str:
     started = time.time()
     parts = [str(PROBE_DIR), str(bridge / "src"), str(bridge / "3rdparty" / "Megatron-LM"), str(verl)]
     if os.environ.get("PYTHONPATH"):
@@ -435,9 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     pythonpath = ":".join(parts)
     rec.provenance["pythonpath"] = pythonpath
     rec.step("pythonpath", "ok", pythonpath, started)
+    return pythonpath
 
+
+def verify_imports(rec: Recorder, bridge: Path, pythonpath: str, full: bool) -> int | None:
+    """Both import checks; a wrong path or a failed import stops the cell (returns the exit code)."""
     started = time.time()
-    records, error = check_imports(pythonpath, args.import_check == "full", timeout=300)
+    records, error = check_imports(pythonpath, full, timeout=300)
     rec.provenance["bridge_import"] = {k: v["origin"] for k, v in records.items()}
     rec.provenance["import_check"] = records
     if error:
@@ -452,76 +452,95 @@ def main(argv: list[str] | None = None) -> int:
     for where, result in records.items():
         if result.get("error"):
             err = result["error"]
-            klass = "model_build" if err["in_bridge"] else "setup"
             reason = f"`import megatron.bridge` failed in the {where}: {err['type']}: {err['message']}"
             rec.step("imports", "failed", reason, started)
-            return rec.fail("imports", klass, reason)
+            return rec.fail("imports", "model_build" if err["in_bridge"] else "setup", reason)
     rec.step("imports", "ok", f"driver and Ray worker import {records['driver']['origin']}", started)
+    return None
 
-    base_env = dict(os.environ, PYTHONPATH=pythonpath, RAY_USAGE_STATS_ENABLED="0")
-    if "bridge_tests" in cell.get("checks", []) and args.bridge_tests == "auto":
-        bridge_tests(cell, bridge, base_env, out, rec, timeout=1800)
 
-    work = args.work
-    work.mkdir(parents=True, exist_ok=True)
-    ckpt_root = work / "checkpoints"
-    subprocess.run(["rm", "-rf", str(ckpt_root)], check=False)
-    first_env = {k: translate(v, mapping) for k, v in cell["phases"][0]["env"].items()}
-    for prep in (
-        lambda: prepare_data(first_env, verl, rec, base_env),
-        lambda: prepare_model(cell, first_env, work, rec),
-    ):
-        problem = prep()
-        if problem:
-            return rec.fail("data/model", "setup", problem)
-    extra_args: list[str] = []
-    rm = first_env.get("RM_MODEL_PATH")
-    if not rm or not Path(rm).is_dir():
-        extra_args.append("reward.reward_model.enable=False")
-        rec.provenance["limitations"].append(
-            "reward model disabled (reward.reward_model.enable=False): not in the cache"
-        )
-    rec.save()
-
+def run_phases(
+    args: argparse.Namespace, cell: dict, rec: Recorder, env0: dict, extra: list[str], pythonpath: str
+) -> None:
+    ckpt_root = args.work / "checkpoints"
+    mapping = [tuple(m.split("=", 1)) for m in args.map]
     listing: dict = {}
     for index, phase in enumerate(cell["phases"]):
-        env = dict(base_env)
+        env = dict(env0)
         env.update({k: translate(v, mapping) for k, v in phase["env"].items()})
-        for key in ("DUMMY_MODEL_CONFIG_PATH", "DUMMY_MODEL_PATH"):
-            if key in first_env and cell.get("dummy_config") is not None:
-                env[key] = first_env[key]
+        env.update(rec.overrides)
         ray_stop(env)
         cmd = [
             "bash",
             WRAPPER,
             *phase["args"],
-            *extra_args,
+            *extra,
             f"trainer.default_local_dir={ckpt_root}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={pythonpath}",
         ]
         rec.provenance["commands"].append(" ".join(cmd))
-        timeout = args.phase_timeout or cell["timeout_minutes"] * 60
         rec.phases[index].update(status="running", command=" ".join(cmd))
         rec.save()
         log(f"phase {phase['name']}: {' '.join(cmd)}")
         started = time.time()
         code, status, tail = run_logged(
             cmd,
-            cwd=verl,
+            cwd=args.verl.resolve(),
             env=env,
-            log_path=out / f"{phase['name']}.log",
+            log_path=args.out / f"{phase['name']}.log",
             prefix=f"[{phase['name']}] ",
-            timeout=timeout,
+            timeout=args.phase_timeout or cell["timeout_minutes"] * 60,
         )
         rec.phases[index].update(
             status=status, exit_code=code, duration_s=round(time.time() - started, 3), log_tail=tail[-10:]
         )
         listing[phase["name"]] = checkpoint_listing(ckpt_root)
-        write_json(out / "checkpoints.json", listing)
+        write_json(args.out / "checkpoints.json", listing)
         rec.save()
         log(f"phase {phase['name']}: {status} (exit {code}) in {time.time() - started:.1f}s")
         if status != "ok":
             break
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    cell = json.loads(args.cell.read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    rec = Recorder(args.out, cell)
+    bridge, verl = args.bridge.resolve(), args.verl.resolve()
+
+    record_repos(rec, bridge, verl)
+    pythonpath = make_pythonpath(rec, bridge, verl)
+    stopped = verify_imports(rec, bridge, pythonpath, args.import_check == "full")
+    if stopped is not None:
+        return stopped
+    base_env = dict(os.environ, PYTHONPATH=pythonpath, RAY_USAGE_STATS_ENABLED="0")
+    if "bridge_tests" in cell.get("checks", []) and args.bridge_tests == "auto":
+        bridge_tests(cell, bridge, base_env, args.out, rec, timeout=1800)
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["rm", "-rf", str(args.work / "checkpoints")], check=False)  # stale, from an unrelated run
+    mapping = [tuple(m.split("=", 1)) for m in args.map]
+    first_env = {k: translate(v, mapping) for k, v in cell["phases"][0]["env"].items()}
+    for prep in (
+        lambda: prepare_data(first_env, verl, rec, base_env),
+        lambda: prepare_model(cell, first_env, args.work, rec),
+    ):
+        problem = prep()
+        if problem:
+            return rec.fail("data/model", "setup", problem)
+    extra: list[str] = []
+    rm = first_env.get("RM_MODEL_PATH")
+    if not rm or not Path(rm).is_dir():
+        extra.append("reward.reward_model.enable=False")
+        rec.provenance["limitations"].append(
+            "reward model disabled (reward.reward_model.enable=False): not in the cache"
+        )
+    rec.save()
+
+    run_phases(args, cell, rec, base_env, extra, pythonpath)
     if args.final_ray_stop:
         ray_stop(base_env)
     return 0 if all(p["status"] == "ok" for p in rec.phases) else 1

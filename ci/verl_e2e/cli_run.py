@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,6 +24,14 @@ from verl_e2e.runcell import (
 )
 from verl_e2e.verdict import Verdict
 from verl_e2e.verdict import render_text as render_verdict
+
+
+def _sayer(stdout: TextIO) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        stdout.write(f"verl-e2e: {message}\n")
+        stdout.flush()
+
+    return say
 
 
 def add_commands(sub: Any) -> None:
@@ -49,7 +58,8 @@ def add_commands(sub: Any) -> None:
         help="run one cell in the verl container (or locally) and judge it",
         description="Run one cell through the in-container driver: import checks, data, model, each phase of "
         "verl's wrapper; always leaves a complete run dir (cell.json, provenance.json, one log per phase, "
-        "phases.json, driver.log, evidence.json, verdict.json, junit.xml). Exit 0 on Pass or Skipped, 1 otherwise.",
+        "phases.json, driver.log, evidence.json, verdict.json, junit.xml). "
+        "Exit 0 on Pass or Skipped, 1 otherwise.",
     )
     cell.add_argument(
         "cell", type=Path, metavar="CELL_JSON", help="a cell record, or plan.json with --cell-id"
@@ -194,7 +204,7 @@ def cmd_image(args: argparse.Namespace, stdout: TextIO) -> int:
         inputs,
         push=args.push,
         pull=not args.no_pull,
-        say=lambda m: stdout.write(f"verl-e2e: {m}\n"),
+        say=_sayer(stdout),
     )
     stdout.write(f"{result.tag} ({result.how}{', pushed' if result.pushed else ''})\n")
     return 0
@@ -210,9 +220,7 @@ def cmd_run_cell(args: argparse.Namespace, stdout: TextIO) -> int:
     cell = _cells_from(args.cell, args.cell_id)
     image = args.image
     if args.backend == "docker" and image is None:
-        image = ensure_image(
-            docker_client(), _image_inputs(args, matrix), say=lambda m: stdout.write(f"verl-e2e: {m}\n")
-        ).tag
+        image = ensure_image(docker_client(), _image_inputs(args, matrix), say=_sayer(stdout)).tag
     args.out.mkdir(parents=True, exist_ok=True)
     cell_file = args.out / "cell.json"
     if args.cell.resolve() != cell_file.resolve():
@@ -239,7 +247,7 @@ def engine_problem(args: argparse.Namespace, cells: list[Cell]) -> str | None:
     if args.gpus != "none":
         have, need = host_gpus(), max(c.gpus for c in cells)
         if have < need:
-            return f"this host has {have} GPU(s) and the plan needs up to {need} per cell (pass --gpus none to run without)"
+            return f"this host has {have} GPU(s), a cell needs up to {need} (--gpus none runs without)"
     return None
 
 
@@ -253,9 +261,7 @@ def run_cells(cells: list[Cell], args: argparse.Namespace, matrix: Matrix, stdou
         stdout.write("".join(f"  {line}\n" for line in would_run(cells, args, matrix, image)))
         raise UsageError(f"run: {problem}")
     if args.backend == "docker" and args.image is None:
-        image = ensure_image(
-            docker_client(), _image_inputs(args, matrix), say=lambda m: stdout.write(f"verl-e2e: {m}\n")
-        ).tag
+        image = ensure_image(docker_client(), _image_inputs(args, matrix), say=_sayer(stdout)).tag
     verdicts = []
     for index, cell in enumerate(cells, start=1):
         stdout.write(f"verl-e2e: cell {index}/{len(cells)}: {cell.id}\n")

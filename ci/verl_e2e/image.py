@@ -150,7 +150,7 @@ def ensure_image(
         image_id = _build(client, ctx, tag, inputs, say)
     pushed = False
     if push:
-        _push(client, inputs, tag, say)
+        _push(client, tag, say)
         pushed = True
     return ImageResult(tag, image_id, "built", pushed)
 
@@ -170,7 +170,7 @@ def _build(client: Any, ctx: Path, tag: str, inputs: ImageInputs, say: Callable[
         if "stream" in event:
             for line in event["stream"].splitlines():
                 if line.strip():
-                    tail = (tail + [line])[-12:]
+                    tail = [*tail, line][-12:]
                     say(f"  {line}")
         if "aux" in event and "ID" in event["aux"]:
             image_id = event["aux"]["ID"]
@@ -185,7 +185,7 @@ def _build(client: Any, ctx: Path, tag: str, inputs: ImageInputs, say: Callable[
     return str(image_id)
 
 
-def _push(client: Any, inputs: ImageInputs, tag: str, say: Callable[[str], None]) -> None:
+def _push(client: Any, tag: str, say: Callable[[str], None]) -> None:
     repository, _, version = tag.rpartition(":")
     for event in client.images.push(repository, tag=version, stream=True, decode=True):
         if "error" in event:

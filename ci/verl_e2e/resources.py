@@ -10,7 +10,7 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def _shipped(name: str) -> Path:
     """The wheel's copy (verl_e2e/data/<name>) or, in a checkout, the repository's own."""
-    packaged = Path(str(resources.files("verl_e2e").joinpath("data", name)))
+    packaged = Path(str(resources.files("verl_e2e").joinpath("data").joinpath(name)))
     return packaged if packaged.exists() else _REPO / name
 
 

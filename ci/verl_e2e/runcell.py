@@ -9,6 +9,7 @@ end, then the verdict. Nothing here interprets verl's output; `judging` does tha
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -107,7 +108,7 @@ def check_bridge(path: Path) -> Path:
         raise UsageError(f"--bridge {path}: no such directory; pass your Megatron-Bridge checkout")
     if not (path / "src" / "megatron" / "bridge").is_dir():
         raise UsageError(
-            f"--bridge {path}: not a Megatron-Bridge checkout (no src/megatron/bridge); pass the repository root"
+            f"--bridge {path}: not a Megatron-Bridge checkout (no src/megatron/bridge); pass the repo's root"
         )
     return path.resolve()
 
@@ -141,7 +142,8 @@ def gpu_request(cell: Cell, gpus: str | None, available: int) -> list[str] | int
         need = cell.gpus if gpus is None else max(available, 1)
         if available < need:
             raise UsageError(
-                f"run-cell: the cell {cell.id} needs {need} GPU(s) but this host has {available}; run it on a "
+                f"run-cell: the cell {cell.id} needs {need} GPU(s) but this host has {available}; run it on "
+                "a "
                 f"runner labelled {', '.join(cell.runs_on)}, or pass --gpus none to run without GPUs"
             )
         return need
@@ -287,7 +289,7 @@ class ContainerSpec:
     ulimits: dict[str, int]
 
 
-def container_spec(cell: Cell, opts: RunOptions, gpus: list[str] | int | None) -> ContainerSpec:
+def container_spec(opts: RunOptions, gpus: list[str] | int | None) -> ContainerSpec:
     mounts = [
         (str(opts.bridge), BRIDGE_MOUNT, True),
         (str(containers_dir()), DRIVER_MOUNT, True),
@@ -330,7 +332,7 @@ def docker_command(cell: Cell, opts: RunOptions) -> list[str]:
     gpus: list[str] | int | None = (
         None if opts.gpus == "none" else (cell.gpus if opts.gpus in (None, "all") else opts.gpus.split(","))
     )
-    spec = container_spec(cell, opts, gpus)
+    spec = container_spec(opts, gpus)
     cmd = ["docker", "run", "--rm", "--init", f"--shm-size={spec.shm_size}"]
     if isinstance(spec.gpus, int):
         cmd.append(f"--gpus={spec.gpus}")
@@ -359,7 +361,7 @@ def run_docker(
                 f"run-cell: image {image} is neither present nor pullable; build it with `verl-e2e image` "
                 "(or pass --image with a tag this host has)"
             ) from None
-    spec = container_spec(cell, opts, gpu_request(cell, opts.gpus, host_gpus()))
+    spec = container_spec(opts, gpu_request(cell, opts.gpus, host_gpus()))
     for src, _dst, read_only in spec.mounts[3:]:
         if not read_only:
             Path(src).mkdir(parents=True, exist_ok=True)
@@ -398,10 +400,8 @@ def run_docker(
     }
 
     def stop() -> None:
-        try:
+        with contextlib.suppress(docker.errors.APIError):
             container.stop(timeout=STOP_GRACE_S)
-        except docker.errors.APIError:
-            pass
 
     cancel.stop = stop
     try:
@@ -409,9 +409,12 @@ def run_docker(
             container.start()
         except docker.errors.APIError as exc:
             raise RunError(_start_problem(exc, spec)) from None
-        reader = threading.Thread(
-            target=lambda: [stream.feed(c) for c in container.logs(stream=True, follow=True)], daemon=True
-        )
+
+        def pump() -> None:
+            for chunk in container.logs(stream=True, follow=True):
+                stream.feed(chunk)
+
+        reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         deadline = _deadline(cell, opts)
         status = "finished"
@@ -426,10 +429,8 @@ def run_docker(
         info["deadline_s"] = deadline
         return info
     finally:
-        try:
+        with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)
-        except docker.errors.APIError:
-            pass
 
 
 def _start_problem(exc: Exception, spec: ContainerSpec) -> str:
@@ -441,7 +442,10 @@ def _start_problem(exc: Exception, spec: ContainerSpec) -> str:
             "(NCCL over InfiniBand may need memlock unlimited)"
         )
     if "gpu" in text.lower() or "nvidia" in text.lower():
-        return f"the engine could not give the container GPUs ({text.strip()[-160:]}); install the NVIDIA container toolkit"
+        detail = text.strip()[-160:]
+        return (
+            f"the engine could not give the container GPUs ({detail}); install the NVIDIA container toolkit"
+        )
     return f"the container could not start: {text.strip()[-200:]}"
 
 
@@ -487,7 +491,8 @@ def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellati
     timer = threading.Timer(_deadline(cell, opts), stop)
     timer.start()
     try:
-        for chunk in iter(lambda: proc.stdout.read1(65536) if proc.stdout else b"", b""):  # type: ignore[union-attr]
+        fd = proc.stdout.fileno()
+        while chunk := os.read(fd, 65536):
             stream.feed(chunk)
         code = proc.wait()
     finally:

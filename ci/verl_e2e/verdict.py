@@ -114,7 +114,9 @@ def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) 
         return "/src/megatron/bridge/" in path and "-packages/" not in path
 
     wrong = {w: p for w, p in recorded.items() if not local(p)}
-    wrong |= {"a verl process": p for p in processes if not local(p)}
+    stray = [p for p in processes if not local(p)]
+    if stray:
+        wrong["a verl process"] = stray[0]
     if wrong:
         where, path = next(iter(wrong.items()))
         return Check(
