@@ -44,9 +44,13 @@ def log(msg: str) -> None:
 
 
 def write_json(path: Path, data: object) -> None:
+    """Atomic write; a failure (a full disk) is reported and the cell goes on (the host reports it too)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        log(f"cannot write {path.name}: {exc.strerror or exc}")
 
 
 class Recorder:

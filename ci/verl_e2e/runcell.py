@@ -67,6 +67,14 @@ class RunError(VerlE2EError):
     exit_code = 1
 
 
+class Cancelled(VerlE2EError):
+    """The cell was stopped by SIGTERM/SIGINT; its run dir and verdict were still written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"cancelled by signal {signum}; the run dir and its verdict were written")
+        self.exit_code = 128 + signum
+
+
 @dataclass(frozen=True)
 class RunOptions:
     cell_file: Path
@@ -200,11 +208,17 @@ class Streamer:
     def __init__(self, cell_id: str, log_path: Path, console: TextIO) -> None:
         self.prefix = f"[{cell_id}] "
         self.console = console
-        self.file = log_path.open("ab", buffering=0)
+        self.file: Any = log_path.open("ab", buffering=0)
         self.pending = b""
+        self.error: OSError | None = None
 
     def feed(self, chunk: bytes) -> None:
-        self.file.write(chunk)
+        if self.file is not None:
+            try:
+                self.file.write(chunk)
+            except OSError as exc:  # e.g. a full disk: keep streaming to the console, report it at the end
+                self.error = exc
+                self.file = None
         self.pending += chunk
         *lines, self.pending = self.pending.split(b"\n")
         for line in lines:
@@ -214,7 +228,10 @@ class Streamer:
     def close(self) -> None:
         if self.pending:
             self.console.write(self.prefix + self.pending.decode("utf-8", errors="replace") + "\n")
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
+        if self.error is not None:
+            raise self.error
 
 
 # ------------------------------------------------------------------------------------------ signals
@@ -569,7 +586,7 @@ def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None)
         _merge_provenance(out, info)
         verdict = judge_run_dir(out)
     if cancel.signum is not None:
-        raise KeyboardInterrupt
+        raise Cancelled(cancel.signum)
     return verdict
 
 
