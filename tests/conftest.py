@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _shared() -> Path:
     """The team's shared data (verl log excerpts), read in place: $VERL_E2E_SHARED, ../shared or /work/shared."""
     candidates = [os.environ.get("VERL_E2E_SHARED", ""), str(ROOT.parent / "shared"), "/work/shared"]
-    return next((Path(c) for c in candidates if c and (Path(c) / "reference").is_dir()), ROOT.parent / "shared")
+    return next(
+        (Path(c) for c in candidates if c and (Path(c) / "reference").is_dir()), ROOT.parent / "shared"
+    )
 
 
 SHARED = _shared()

@@ -131,7 +131,7 @@ def test_git_diff_against_merge_base(bridge_repo: Path) -> None:
         ("bridge", "main", "--output=/tmp/x", "--head '--output=/tmp/x' is not a commit"),
     ],
 )
-def test_git_errors_are_usage_errors(  # noqa: PLR0917 - pytest parametrisation
+def test_git_errors_are_usage_errors(
     bridge_repo: Path, tmp_path: Path, repo: str, base: str, head: str, message: str
 ) -> None:
     (tmp_path / "plain").mkdir()

@@ -1,5 +1,5 @@
 """Running cells for real: a real Docker engine, the image built from containers/Dockerfile on a local
-base (Debian + Python + real Ray, made by tests/docker/make-base-image.sh), a real Megatron-Bridge source
+base (Debian + Python + real Ray, made by tests/base-image/make-base-image.sh), a real Megatron-Bridge source
 tree (the PyPI wheel unpacked into its src/ layout) mounted read-only, and the trainer double from
 tests/fake_verl standing in for verl (it needs GPUs). The base image has no torch, so cells run with
 `--import-check location` and `--gpus none`; this sandbox forbids raising memlock, hence
@@ -32,8 +32,11 @@ WHEELS = Path(os.environ.get("VERL_E2E_TEST_WHEELS", ROOT / ".cache" / "wheels")
 
 
 def _git_commit(path: Path, message: str) -> None:
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=ci@example.com", "-c", "user.name=CI",
-                                                 "commit", "-qm", message]):
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.email=ci@example.com", "-c", "user.name=CI", "commit", "-qm", message],
+    ):
         subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
 
 
@@ -52,7 +55,7 @@ def base_image(engine: docker.DockerClient) -> str:
     try:
         engine.images.get(BASE)
     except docker.errors.ImageNotFound:
-        subprocess.run([str(ROOT / "tests/docker/make-base-image.sh"), BASE, str(WHEELS)], check=True)
+        subprocess.run([str(ROOT / "tests/base-image/make-base-image.sh"), BASE, str(WHEELS)], check=True)
     return BASE
 
 
@@ -90,7 +93,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def image(engine: docker.DockerClient, base_image: str, fake_verl: Path) -> str:
     inputs = ImageInputs(base=base_image, verl=fake_verl, verl_commit=verl_commit(fake_verl), extra_pip="")
-    return ensure_image(engine, inputs, say=lambda m: None).tag
+    return ensure_image(engine, inputs, say=print).tag
 
 
 @pytest.fixture
@@ -101,12 +104,34 @@ def plan_file(tmp_path: Path, matrix: Matrix) -> Path:
     return path
 
 
-def run_cell(tmp_path: Path, plan: Path, cell_id: str, image: str, bridge: Path, *extra: str,
-             timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], Path]:
+def run_cell(
+    tmp_path: Path, plan: Path, cell_id: str, image: str, bridge: Path, *extra: str, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "runs" / cell_id
-    cmd = [sys.executable, "-m", "verl_e2e", "run-cell", str(plan), "--cell-id", cell_id, "--bridge", str(bridge),
-           "--out", str(out), "--image", image, "--gpus", "none", "--import-check", "location",
-           "--ulimit", "memlock=default", "--cache", str(tmp_path / "cache"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_e2e",
+        "run-cell",
+        str(plan),
+        "--cell-id",
+        cell_id,
+        "--bridge",
+        str(bridge),
+        "--out",
+        str(out),
+        "--image",
+        image,
+        "--gpus",
+        "none",
+        "--import-check",
+        "location",
+        "--ulimit",
+        "memlock=default",
+        "--cache",
+        str(tmp_path / "cache"),
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     return proc, out
 
@@ -119,24 +144,40 @@ def leftover_containers(engine: docker.DockerClient) -> list[str]:
     return [c.name for c in engine.containers.list(all=True, filters={"label": "io.verl-e2e.cell"})]
 
 
-def test_image_tag_is_reused_not_rebuilt(engine: docker.DockerClient, base_image: str, fake_verl: Path, image: str) -> None:
+def test_image_tag_is_reused_not_rebuilt(
+    engine: docker.DockerClient, base_image: str, fake_verl: Path, image: str
+) -> None:
     inputs = ImageInputs(base=base_image, verl=fake_verl, verl_commit=verl_commit(fake_verl), extra_pip="")
     assert inputs.tag == image
-    again = ensure_image(engine, inputs, say=lambda m: None)
+    again = ensure_image(engine, inputs, say=print)
     assert again.how == "present"
     labels = engine.images.get(image).labels
     assert labels["io.verl-e2e.verl.commit"] == verl_commit(fake_verl)
     assert labels["org.opencontainers.image.base.name"] == base_image
-    other = ImageInputs(base=base_image, verl=fake_verl, verl_commit=verl_commit(fake_verl), extra_pip="pytest")
+    other = ImageInputs(
+        base=base_image, verl=fake_verl, verl_commit=verl_commit(fake_verl), extra_pip="pytest"
+    )
     assert other.tag != inputs.tag  # a different extra dependency is a different image
 
 
-def test_level0_passes_with_a_complete_run_dir(tmp_path: Path, plan_file: Path, image: str, bridge: Path,
-                                               engine: docker.DockerClient) -> None:
+def test_level0_passes_with_a_complete_run_dir(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
+) -> None:
     proc, out = run_cell(tmp_path, plan_file, "L0-lora-ddp-qwen", image, bridge)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    for name in ("cell.json", "provenance.json", "phases.json", "run.log", "driver.log", "host.json",
-                 "evidence.json", "verdict.json", "junit.xml", "bridge-tests.json", "checkpoints.json"):
+    for name in (
+        "cell.json",
+        "provenance.json",
+        "phases.json",
+        "run.log",
+        "driver.log",
+        "host.json",
+        "evidence.json",
+        "verdict.json",
+        "junit.xml",
+        "bridge-tests.json",
+        "checkpoints.json",
+    ):
         assert (out / name).is_file(), name
     v = verdict(out)
     assert v["result"] == "Pass", v["headline"]
@@ -157,7 +198,9 @@ def test_level0_passes_with_a_complete_run_dir(tmp_path: Path, plan_file: Path, 
     assert leftover_containers(engine) == []
 
 
-def test_level1_saves_and_resumes_through_the_wrapper(tmp_path: Path, plan_file: Path, image: str, bridge: Path) -> None:
+def test_level1_saves_and_resumes_through_the_wrapper(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path
+) -> None:
     proc, out = run_cell(tmp_path, plan_file, "L1-save-resume-qwen", image, bridge, "--no-bridge-tests")
     assert proc.returncode == 0, proc.stdout[-3000:]
     listing = json.loads((out / "checkpoints.json").read_text())
@@ -177,9 +220,20 @@ def test_level1_saves_and_resumes_through_the_wrapper(tmp_path: Path, plan_file:
         ("nan", "L5-learning-signal-qwen", "Fail", "none"),
     ],
 )
-def test_trainer_faults(tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient,
-                        mode: str, cell_id: str, result: str, klass: str) -> None:
-    proc, out = run_cell(tmp_path, plan_file, cell_id, image, bridge, "--no-bridge-tests", "--env", f"FAKE_VERL_MODE={mode}")
+def test_trainer_faults(
+    tmp_path: Path,
+    plan_file: Path,
+    image: str,
+    bridge: Path,
+    engine: docker.DockerClient,
+    mode: str,
+    cell_id: str,
+    result: str,
+    klass: str,
+) -> None:
+    proc, out = run_cell(
+        tmp_path, plan_file, cell_id, image, bridge, "--no-bridge-tests", "--env", f"FAKE_VERL_MODE={mode}"
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
     v = verdict(out)
     assert (v["result"], v["failure_class"]) == (result, klass), v["headline"]
@@ -191,10 +245,21 @@ def test_trainer_faults(tmp_path: Path, plan_file: Path, image: str, bridge: Pat
         assert next(c for c in v["checks"] if c["name"] == "no_nan")["result"] == "Fail"
 
 
-def test_phase_timeout_keeps_the_log_tail(tmp_path: Path, plan_file: Path, image: str, bridge: Path,
-                                         engine: docker.DockerClient) -> None:
-    proc, out = run_cell(tmp_path, plan_file, "L0-lora-ddp-qwen", image, bridge, "--no-bridge-tests",
-                         "--env", "FAKE_VERL_MODE=hang", "--phase-timeout", "4")
+def test_phase_timeout_keeps_the_log_tail(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
+) -> None:
+    proc, out = run_cell(
+        tmp_path,
+        plan_file,
+        "L0-lora-ddp-qwen",
+        image,
+        bridge,
+        "--no-bridge-tests",
+        "--env",
+        "FAKE_VERL_MODE=hang",
+        "--phase-timeout",
+        "4",
+    )
     assert proc.returncode == 1
     phase = json.loads((out / "phases.json").read_text())[0]
     assert phase["status"] == "timeout"
@@ -204,29 +269,62 @@ def test_phase_timeout_keeps_the_log_tail(tmp_path: Path, plan_file: Path, image
     assert leftover_containers(engine) == []
 
 
-def test_missing_data_that_cannot_be_made_is_blocked(tmp_path: Path, plan_file: Path, image: str, bridge: Path) -> None:
-    proc, out = run_cell(tmp_path, plan_file, "L0-lora-ddp-qwen", image, bridge, "--no-bridge-tests",
-                         "--env", "FAKE_VERL_DATA=fail")
+def test_missing_data_that_cannot_be_made_is_blocked(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path
+) -> None:
+    proc, out = run_cell(
+        tmp_path,
+        plan_file,
+        "L0-lora-ddp-qwen",
+        image,
+        bridge,
+        "--no-bridge-tests",
+        "--env",
+        "FAKE_VERL_DATA=fail",
+    )
     assert proc.returncode == 1
     v = verdict(out)
     assert v["result"] == "Blocked" and "GSM8K preprocessing failed" in v["headline"]
     assert "prefetch" in v["headline"]
 
 
-def test_sigterm_stops_the_container_and_leaves_a_verdict(tmp_path: Path, plan_file: Path, image: str, bridge: Path,
-                                                         engine: docker.DockerClient) -> None:
+def test_sigterm_stops_the_container_and_leaves_a_verdict(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
+) -> None:
     out = tmp_path / "runs" / "cancelled"
-    cmd = [sys.executable, "-m", "verl_e2e", "run-cell", str(plan_file), "--cell-id", "L0-lora-ddp-qwen",
-           "--bridge", str(bridge), "--out", str(out), "--image", image, "--gpus", "none", "--import-check",
-           "location", "--ulimit", "memlock=default", "--cache", str(tmp_path / "cache"), "--no-bridge-tests",
-           "--env", "FAKE_VERL_MODE=hang"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_e2e",
+        "run-cell",
+        str(plan_file),
+        "--cell-id",
+        "L0-lora-ddp-qwen",
+        "--bridge",
+        str(bridge),
+        "--out",
+        str(out),
+        "--image",
+        image,
+        "--gpus",
+        "none",
+        "--import-check",
+        "location",
+        "--ulimit",
+        "memlock=default",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--no-bridge-tests",
+        "--env",
+        "FAKE_VERL_MODE=hang",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and "waiting for the rollout workers" not in _read(out / "run.log"):
         time.sleep(0.5)
     assert leftover_containers(engine), "the cell never started"
     proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
+    _stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     assert leftover_containers(engine) == []
     phase = json.loads((out / "phases.json").read_text())[0]
@@ -242,11 +340,34 @@ def _read(path: Path) -> str:
         return ""
 
 
-def test_local_backend_runs_the_same_driver(tmp_path: Path, plan_file: Path, fake_verl: Path, bridge: Path) -> None:
+def test_local_backend_runs_the_same_driver(
+    tmp_path: Path, plan_file: Path, fake_verl: Path, bridge: Path
+) -> None:
     out = tmp_path / "runs" / "local"
-    cmd = [sys.executable, "-m", "verl_e2e", "run-cell", str(plan_file), "--cell-id", "L1-save-resume-qwen",
-           "--bridge", str(bridge), "--out", str(out), "--backend", "local", "--verl", str(fake_verl), "--gpus",
-           "none", "--import-check", "location", "--cache", str(tmp_path / "cache"), "--no-bridge-tests"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_e2e",
+        "run-cell",
+        str(plan_file),
+        "--cell-id",
+        "L1-save-resume-qwen",
+        "--bridge",
+        str(bridge),
+        "--out",
+        str(out),
+        "--backend",
+        "local",
+        "--verl",
+        str(fake_verl),
+        "--gpus",
+        "none",
+        "--import-check",
+        "location",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--no-bridge-tests",
+    ]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -257,8 +378,21 @@ def test_local_backend_runs_the_same_driver(tmp_path: Path, plan_file: Path, fak
 
 def test_engine_not_reachable(tmp_path: Path, plan_file: Path, bridge: Path) -> None:
     env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/docker.sock")
-    cmd = [sys.executable, "-m", "verl_e2e", "run-cell", str(plan_file), "--cell-id", "L0-lora-ddp-qwen", "--bridge",
-           str(bridge), "--out", str(tmp_path / "o"), "--image", "x"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_e2e",
+        "run-cell",
+        str(plan_file),
+        "--cell-id",
+        "L0-lora-ddp-qwen",
+        "--bridge",
+        str(bridge),
+        "--out",
+        str(tmp_path / "o"),
+        "--image",
+        "x",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 2
     assert "Docker engine not reachable at unix:///nonexistent/docker.sock" in proc.stderr
@@ -275,35 +409,81 @@ def test_engine_not_reachable(tmp_path: Path, plan_file: Path, bridge: Path) -> 
         ("ok", ["--image", "IMAGE", "--gpus", "none", "--env", "HF_TOKEN=abc"], "looks like a secret"),
     ],
 )
-def test_bad_run_cell_input(tmp_path: Path, plan_file: Path, bridge: Path, image: str, bridge_arg: str,
-                            extra: list[str], message: str) -> None:
+def test_bad_run_cell_input(
+    tmp_path: Path, plan_file: Path, bridge: Path, image: str, bridge_arg: str, extra: list[str], message: str
+) -> None:
     target = {"missing": tmp_path / "nope", "not-bridge": tmp_path, "ok": bridge}[bridge_arg]
     extra = [image if e == "IMAGE" else e for e in extra]
-    cmd = [sys.executable, "-m", "verl_e2e", "run-cell", str(plan_file), "--cell-id", "L0-lora-ddp-qwen", "--bridge",
-           str(target), "--out", str(tmp_path / "o"), *(extra or ["--image", image])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_e2e",
+        "run-cell",
+        str(plan_file),
+        "--cell-id",
+        "L0-lora-ddp-qwen",
+        "--bridge",
+        str(target),
+        "--out",
+        str(tmp_path / "o"),
+        *(extra or ["--image", image]),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_unbuildable_image(tmp_path: Path, engine: docker.DockerClient, fake_verl: Path) -> None:
-    cmd = [sys.executable, "-m", "verl_e2e", "image", "--verl", str(fake_verl), "--base", "verl-e2e-missing-base:none",
-           "--extra-pip", "", "--no-pull"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_e2e",
+        "image",
+        "--verl",
+        str(fake_verl),
+        "--base",
+        "verl-e2e-missing-base:none",
+        "--extra-pip",
+        "",
+        "--no-pull",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 1
     assert "building verl-e2e:" in proc.stderr and "failed" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a tiny tmpfs as a full disk")
-def test_disk_full_run_dir(tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient) -> None:
+def test_disk_full_run_dir(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
+) -> None:
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20k", "tmpfs", str(small)], check=True)
     try:
-        cmd = [sys.executable, "-m", "verl_e2e", "run-cell", str(plan_file), "--cell-id", "L0-lora-ddp-qwen",
-               "--bridge", str(bridge), "--out", str(small / "run"), "--image", image, "--gpus", "none",
-               "--import-check", "location", "--ulimit", "memlock=default", "--cache", str(tmp_path / "cache"),
-               "--no-bridge-tests"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "verl_e2e",
+            "run-cell",
+            str(plan_file),
+            "--cell-id",
+            "L0-lora-ddp-qwen",
+            "--bridge",
+            str(bridge),
+            "--out",
+            str(small / "run"),
+            "--image",
+            image,
+            "--gpus",
+            "none",
+            "--import-check",
+            "location",
+            "--ulimit",
+            "memlock=default",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--no-bridge-tests",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
         assert "ran out of space (No space left on device)" in proc.stderr and "Traceback" not in proc.stderr

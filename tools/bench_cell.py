@@ -10,7 +10,7 @@ tests/fake_verl as "verl", then:
 
     python tools/bench_cell.py [--repeat 3] [--bridge PATH_TO_A_BRIDGE_CHECKOUT]
 
-Needs a Docker engine and the base image from tests/docker/make-base-image.sh (.ci/run makes both).
+Needs a Docker engine and the base image from tests/base-image/make-base-image.sh (.ci/run makes both).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 import docker
+
 from verl_e2e.cli import main as cli_main
 from verl_e2e.image import ImageInputs, ensure_image, verl_commit
 

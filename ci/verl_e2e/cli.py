@@ -338,6 +338,8 @@ def main(
             return cli_run.cmd_run_cell(args, stdout)
         if args.command == "run":
             return _cmd_run(args, stdin, stdout)
+        if args.command == "prefetch":
+            return cli_run.cmd_prefetch(args, env, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -13,6 +13,7 @@ from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
 from verl_e2e.errors import UsageError
 from verl_e2e.image import DEFAULT_EXTRA_PIP, ImageInputs, ensure_image, verl_commit
+from verl_e2e.prefetch import plan_downloads, run_downloads
 from verl_e2e.runcell import (
     DEFAULT_ULIMITS,
     RunOptions,
@@ -52,6 +53,19 @@ def add_commands(sub: Any) -> None:
     image.add_argument("--no-pull", action="store_true", help="never try the registry before building")
     image.add_argument("--print-tag", action="store_true", help="print the tag and stop (no engine needed)")
     image.add_argument("--matrix", metavar="PATH")
+
+    prefetch = sub.add_parser(
+        "prefetch",
+        help="warm a runner's cache: models, dummy-model configs, the reward model and raw GSM8K",
+        description="Download once into the runner cache what cells need, since cells run with the hub off.",
+    )
+    prefetch.add_argument("--family", action="append", default=[], metavar="NAME", help="only these families")
+    prefetch.add_argument(
+        "--cache", type=Path, help="cache root (default: defaults.host_cache in matrix.yaml)"
+    )
+    prefetch.add_argument("--token-env", metavar="NAME", help="variable holding a hub token for gated models")
+    prefetch.add_argument("--dry-run", action="store_true", help="list the downloads only")
+    prefetch.add_argument("--matrix", metavar="PATH")
 
     cell = sub.add_parser(
         "run-cell",
@@ -187,6 +201,24 @@ def _image_inputs(args: argparse.Namespace, matrix: Matrix) -> ImageInputs:
         wheels=getattr(args, "wheels", None),
         repository=getattr(args, "repository", "verl-e2e"),
     )
+
+
+def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    cache = args.cache or Path(matrix.defaults.host_cache)
+    families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
+    downloads = plan_downloads(matrix, families, cache)
+    if args.dry_run:
+        stdout.write("".join(f"{d.repo_id:<48} -> {d.local_dir}  ({d.why})\n" for d in downloads))
+        return 0
+    token = None
+    if args.token_env:
+        token = env.get(args.token_env)
+        if not token:
+            raise UsageError(f"prefetch: --token-env {args.token_env}: the variable is not set")
+    manifest = run_downloads(downloads, cache, token=token, say=_sayer(stdout))
+    stdout.write(f"verl-e2e: prefetched {len(manifest['done'])} item(s) into {cache}\n")
+    return 0
 
 
 def image_tag(args: argparse.Namespace, matrix: Matrix) -> str:

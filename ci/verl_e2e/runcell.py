@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import docker
 import docker.errors
 import docker.types
 import requests
 
-import docker
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.errors import UsageError, VerlE2EError
 from verl_e2e.judging import judge_run_dir
@@ -67,7 +67,7 @@ class RunError(VerlE2EError):
     exit_code = 1
 
 
-class Cancelled(VerlE2EError):
+class CancelledError(VerlE2EError):
     """The cell was stopped by SIGTERM/SIGINT; its run dir and verdict were still written."""
 
     def __init__(self, signum: int) -> None:
@@ -586,7 +586,7 @@ def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None)
         _merge_provenance(out, info)
         verdict = judge_run_dir(out)
     if cancel.signum is not None:
-        raise Cancelled(cancel.signum)
+        raise CancelledError(cancel.signum)
     return verdict
 
 

@@ -58,14 +58,31 @@ def main():
 
     for key in ("data.train_files", "data.val_files"):
         if not Path(cfg.get(key, "")).is_file():
-            say(F.worker_traceback("FileNotFoundError", f"Unable to find '{cfg.get(key)}'", frames=("run",), actor_method="run"))
+            say(
+                F.worker_traceback(
+                    "FileNotFoundError",
+                    f"Unable to find '{cfg.get(key)}'",
+                    frames=("run",),
+                    actor_method="run",
+                )
+            )
             return 1
     if mode == "setup-fail":
-        say(F.worker_traceback("ValueError", "Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set.",
-                               frames=("__init__",), actor_method="__init__"))
+        say(
+            F.worker_traceback(
+                "ValueError",
+                "Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set.",
+                frames=("__init__",),
+                actor_method="__init__",
+            )
+        )
         return 1
 
-    root = Path(cfg.get("trainer.default_local_dir", "checkpoints/verl-test/" + cfg.get("trainer.experiment_name", "run")))
+    root = Path(
+        cfg.get(
+            "trainer.default_local_dir", "checkpoints/verl-test/" + cfg.get("trainer.experiment_name", "run")
+        )
+    )
     total = int(cfg.get("trainer.total_training_steps", "1"))
     save_freq = int(cfg.get("trainer.save_freq", "-1"))
     start = 0
@@ -87,8 +104,14 @@ def main():
         if save_freq > 0 and (step % save_freq == 0 or step == total):
             save(root, step)
         if mode == "crash":
-            say(F.worker_traceback("RuntimeError", "CUDA error: an illegal memory access was encountered",
-                                   frames=("update_actor",), actor_method="actor_rollout_update_actor"))
+            say(
+                F.worker_traceback(
+                    "RuntimeError",
+                    "CUDA error: an illegal memory access was encountered",
+                    frames=("update_actor",),
+                    actor_method="actor_rollout_update_actor",
+                )
+            )
             return 1
         if mode == "hang":
             say(f"{F.TASK}waiting for the rollout workers")
