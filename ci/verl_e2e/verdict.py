@@ -510,3 +510,11 @@ def render_text(v: Verdict) -> str:
         *(f"- {x}" for x in v.follow_ups),
     ]
     return "\n".join(lines) + "\n"
+
+
+def verdict_from_json(data: Mapping[str, Any]) -> Verdict:
+    """Inverse of `Verdict.to_json` (verdict.json in a run dir)."""
+    fields = dict(data)
+    fields["deliverables"] = [Deliverable(**d) for d in data.get("deliverables", [])]
+    fields["checks"] = [Check(**c) for c in data.get("checks", [])]
+    return Verdict(**fields)

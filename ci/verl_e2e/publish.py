@@ -1,0 +1,112 @@
+"""Publish a report: the sticky PR comment, the job summary, the aggregate check, a merged JUnit file.
+
+All GitHub I/O goes through one GitHubClient. The comment is found by its marker and edited in
+place (never a second one), and left alone when its text is unchanged. Where check runs are not
+allowed (a token without `checks: write`), a commit status carries the same conclusion.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_e2e import junit, report
+from verl_e2e.errors import UsageError
+from verl_e2e.github import ForbiddenError, GitHubClient
+from verl_e2e.judging import judge_run_dir
+from verl_e2e.report import Context
+from verl_e2e.verdict import Verdict, verdict_from_json
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    comment: bool = True
+    check: bool = True
+    blocked_fails: bool = False
+    summary: Path | None = None
+    junit: Path | None = None
+    dry_run: bool = False
+
+
+def collect(paths: Sequence[Path], say: Callable[[str], None] = print) -> list[Verdict]:
+    """Every verdict under the given run dirs (or directories of run dirs); unjudged runs are judged."""
+    verdicts: dict[str, Verdict] = {}
+    for root in paths:
+        if not root.exists():
+            raise UsageError(
+                f"report: {root}: no such directory; pass run dirs or the directory holding them"
+            )
+        dirs = sorted({p.parent for p in root.rglob("cell.json")})
+        if not dirs:
+            raise UsageError(f"report: {root}: no run dirs (no cell.json below it)")
+        for run in dirs:
+            verdict_file = run / "verdict.json"
+            if verdict_file.is_file():
+                v = verdict_from_json(json.loads(verdict_file.read_text(encoding="utf-8")))
+            else:
+                say(f"{run}: no verdict yet (the cell job stopped early); judging it now")
+                v = judge_run_dir(run)
+            verdicts[v.cell_id] = v
+    return [verdicts[k] for k in sorted(verdicts)]
+
+
+def upsert_comment(client: GitHubClient, repo: str, pr: int, body: str) -> tuple[str, int]:
+    """Create the comment, or update the one with the marker; ("unchanged", id) when nothing differs."""
+    existing = next((c for c in client.comments(repo, pr) if report.MARKER in (c.get("body") or "")), None)
+    if existing is None:
+        return "created", int(client.create_comment(repo, pr, body)["id"])
+    if existing.get("body") == body:
+        return "unchanged", int(existing["id"])
+    return "updated", int(client.update_comment(repo, int(existing["id"]), body)["id"])
+
+
+def publish(
+    verdicts: Sequence[Verdict],
+    ctx: Context,
+    opts: PublishOptions,
+    client: GitHubClient | None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    body = report.render(verdicts, ctx)
+    done: dict[str, Any] = {"result": report.overall(verdicts)}
+    if opts.summary is not None:
+        with opts.summary.open("a", encoding="utf-8") as fh:
+            fh.write(report.render(verdicts, ctx, marker=False))
+        done["summary"] = str(opts.summary)
+    if opts.junit is not None:
+        opts.junit.write_text(junit.render(verdicts), encoding="utf-8")
+        done["junit"] = str(opts.junit)
+    if opts.dry_run:
+        if opts.comment and ctx.pr is not None:
+            say(f"would upsert the comment on {ctx.repo}#{ctx.pr} ({len(body)} characters):\n{body}")
+        if opts.check:
+            payload = report.check_run(verdicts, ctx, blocked_fails=opts.blocked_fails)
+            title = payload["output"]["title"]
+            say(f"would POST /repos/{ctx.repo}/check-runs: {payload['conclusion']} - {title}")
+        return done
+    if (opts.comment or opts.check) and client is None:
+        raise UsageError("report: publishing needs a GitHub token (GITHUB_TOKEN); or pass --dry-run")
+    assert client is not None or not (opts.comment or opts.check)
+    if opts.comment and ctx.pr is not None and client is not None:
+        action, comment_id = upsert_comment(client, ctx.repo, ctx.pr, body)
+        done["comment"] = {"action": action, "id": comment_id}
+        say(f"comment {action} on {ctx.repo}#{ctx.pr}")
+    if opts.check and client is not None:
+        if not ctx.sha:
+            raise UsageError("report: --check needs the head commit (--sha or GITHUB_SHA)")
+        try:
+            check = client.create_check_run(
+                ctx.repo, report.check_run(verdicts, ctx, blocked_fails=opts.blocked_fails)
+            )
+            done["check_run"] = check.get("id")
+            say(f"check run verl-e2e: {check.get('conclusion', 'completed')}")
+        except ForbiddenError:
+            client.create_status(
+                ctx.repo, ctx.sha, report.commit_status(verdicts, ctx, blocked_fails=opts.blocked_fails)
+            )
+            done["status"] = "created"
+            say("check runs are not allowed for this token; set a commit status instead")
+    return done

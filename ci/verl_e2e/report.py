@@ -1,0 +1,223 @@
+"""Verdicts -> the PR comment, job summary and check run payload. Pure: no I/O, exact text.
+
+One comment per PR, found by a hidden marker. It leads with the overall result and counts "as of
+commit X, merge base Y", then a table of cells, then one collapsible block per cell in the skill's
+summary format (failures first), then the levels the rules skipped with how to request them. GitHub
+refuses bodies over 65,536 characters: details of passing cells are dropped first, then failing
+details are shortened; the headline, the table and the failures' results always stay.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_e2e.verdict import Verdict, render_text
+
+MARKER = "<!-- verl-e2e:pr-comment -->"
+LIMIT = 65_536
+CHECK_SUMMARY_LIMIT = 65_535
+MAX_ANNOTATIONS = 50
+ICON = {"Pass": "✅", "Fail": "❌", "Blocked": "⛔", "Skipped": "⏭️", "Not requested": "·"}
+ORDER = {"Fail": 0, "Blocked": 1, "Pass": 2, "Skipped": 3}
+USAGE = (
+    "`/verl-e2e level=<levels> [family=<name>] [model=<hf id>] [sha=<head sha>] [verl=<ref>]`, "
+    "for example `/verl-e2e level=1,2 family=qwen`"
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    repo: str = ""
+    pr: int | None = None
+    sha: str = ""
+    merge_base: str = ""
+    run_url: str = ""
+    artifacts_url: str = ""
+    skipped: Mapping[str, str] = field(default_factory=dict)  # level -> why (from the plan)
+    reasons: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)  # plan reasons
+
+
+def overall(verdicts: Sequence[Verdict]) -> str:
+    results = {v.result for v in verdicts}
+    for result in ("Fail", "Blocked", "Pass"):
+        if result in results:
+            return result
+    return "Skipped"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def _cell_text(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").strip()
+
+
+def key_line(v: Verdict) -> str:
+    if v.result in ("Fail", "Blocked"):
+        return v.headline.split(": ", 1)[-1][:140]
+    return next(
+        (k for k in reversed(v.key_lines) if "global_step" in k), v.key_lines[-1] if v.key_lines else ""
+    )[:140]
+
+
+def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
+    result = overall(verdicts)
+    counts = Counter(v.result for v in verdicts)
+    parts = ", ".join(f"{counts[r]} {r.lower()}" for r in ("Pass", "Fail", "Blocked", "Skipped") if counts[r])
+    title = f"## {ICON[result]} verl-e2e: {result}"
+    title += (
+        f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})"
+        if verdicts
+        else " (no verl run needed)"
+    )
+    where = []
+    if ctx.sha:
+        where.append(
+            f"As of commit {ctx.sha[:12]}" + (f", merge base {ctx.merge_base[:12]}" if ctx.merge_base else "")
+        )
+    links = [f"[workflow run]({ctx.run_url})"] if ctx.run_url else []
+    if ctx.artifacts_url:
+        links.append(f"[run dirs]({ctx.artifacts_url})")
+    line = ". ".join(where) + ("." if where else "")
+    if links:
+        line += (" " if line else "") + " · ".join(links)
+    return [title, "", line] if line else [title]
+
+
+def table(verdicts: Sequence[Verdict]) -> list[str]:
+    if not verdicts:
+        return []
+    rows = [
+        "| Cell | Level | Variant | Model | Result | Duration | Key line |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in sorted(verdicts, key=lambda v: (ORDER.get(v.result, 9), v.level, v.cell_id)):
+        rows.append(
+            f"| `{v.cell_id}` | {v.level} | {v.variant} | `{v.model}` | {ICON.get(v.result, '')} {v.result} "
+            f"| {_duration(v.duration_s)} | {_cell_text(key_line(v))} |"
+        )
+    return rows
+
+
+def details(v: Verdict, limit: int | None = None) -> str:
+    body = render_text(v).rstrip("\n")
+    if limit is not None and len(body) > limit:
+        body = body[: max(0, limit - 40)].rstrip() + "\n… (shortened; the full summary is in the run dir)"
+    fenced = body.replace("```", "'''")  # a fence inside would end the code block early
+    return (
+        f"<details><summary>{ICON.get(v.result, '')} <code>{v.cell_id}</code>: {v.result}</summary>\n\n"
+        f"```text\n{fenced}\n```\n\n</details>"
+    )
+
+
+def skipped_levels(ctx: Context) -> list[str]:
+    if not ctx.skipped:
+        return []
+    lines = ["", "<details><summary>Levels not run</summary>", ""]
+    for level, why in sorted(ctx.skipped.items()):
+        lines.append(f"- Level {level}: {why}. Request it with `/verl-e2e level={level}`.")
+    return [*lines, "", "</details>"]
+
+
+def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, marker: bool = True) -> str:
+    """The whole comment (or job summary), never longer than `limit` characters."""
+    head = [*([MARKER] if marker else []), *headline(verdicts, ctx), "", *table(verdicts)]
+    tail = [*skipped_levels(ctx), "", f"<sub>Comment with {USAGE} to run other levels.</sub>"]
+    failing = [v for v in verdicts if v.result in ("Fail", "Blocked")]
+    passing = [v for v in verdicts if v not in failing]
+    fixed = "\n".join(head) + "\n\n" + "\n".join(tail) + "\n"
+    budget = limit - len(fixed) - 200
+    blocks = [details(v) for v in failing]
+    if sum(len(b) + 2 for b in blocks) > budget and failing:
+        share = max(200, budget // len(failing) - 200)
+        blocks = [details(v, share) for v in failing]
+    used = sum(len(b) + 2 for b in blocks)
+    omitted = 0
+    for v in passing:
+        block = details(v)
+        if used + len(block) + 2 <= budget:
+            blocks.append(block)
+            used += len(block) + 2
+        else:
+            omitted += 1
+    if omitted:
+        blocks.append(
+            f"<sub>Details of {omitted} passing cell(s) left out to fit GitHub's comment limit; "
+            "they are in the run dirs.</sub>"
+        )
+    text = "\n".join(head) + "\n\n" + "\n\n".join(blocks) + "\n" + "\n".join(tail) + "\n"
+    if len(text) > limit:  # a last resort for pathological inputs: keep the head, cut the rest
+        text = text[: limit - 80] + "\n\n… (cut to fit GitHub's limit; see the run dirs)\n"
+    return text
+
+
+def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
+    """The payload of the one aggregate check run: conclusion, summary, up to 50 annotations."""
+    result = overall(verdicts)
+    conclusion = {
+        "Pass": "success",
+        "Fail": "failure",
+        "Skipped": "success",
+        "Blocked": "failure" if blocked_fails else "neutral",
+    }[result]
+    title = headline(verdicts, ctx)[0].removeprefix("## ")
+    annotations = []
+    for v in [v for v in verdicts if v.result in ("Fail", "Blocked")][:MAX_ANNOTATIONS]:
+        paths = [
+            p
+            for r in ctx.reasons.get(str(v.level), [])
+            if r.get("family") == v.family
+            for p in r.get("paths", [])
+        ]
+        annotations.append(
+            {
+                "path": paths[0] if paths else ".github/workflows/verl-e2e.yml",
+                "start_line": 1,
+                "end_line": 1,
+                "annotation_level": "failure" if v.result == "Fail" else "warning",
+                "title": f"{v.cell_id}: {v.result}"[:255],
+                "message": v.headline[:4000],
+            }
+        )
+    payload: dict[str, Any] = {
+        "name": "verl-e2e",
+        "head_sha": ctx.sha,
+        "status": "completed",
+        "conclusion": conclusion,
+        "output": {"title": title[:255], "summary": render(verdicts, ctx, CHECK_SUMMARY_LIMIT, marker=False)},
+    }
+    if ctx.run_url:
+        payload["details_url"] = ctx.run_url
+    if annotations:
+        payload["output"]["annotations"] = annotations
+    return payload
+
+
+def commit_status(
+    verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False
+) -> dict[str, Any]:
+    """The fallback where check runs are not allowed: one commit status."""
+    result = overall(verdicts)
+    state = {
+        "Pass": "success",
+        "Skipped": "success",
+        "Fail": "failure",
+        "Blocked": "failure" if blocked_fails else "error",
+    }[result]
+    description = headline(verdicts, ctx)[0].removeprefix("## ").replace(ICON[result], "").strip()
+    payload = {"state": state, "context": "verl-e2e", "description": description[:140]}
+    if ctx.run_url:
+        payload["target_url"] = ctx.run_url
+    return payload
+
+
+def refusal(reason: str) -> str:
+    """The reply to a `/verl-e2e` comment that could not be run."""
+    return f"{MARKER.replace('pr-comment', 'reply')}\n⚠️ verl-e2e did not run: {reason}\n\nUsage: {USAGE}\n"
