@@ -340,6 +340,12 @@ def main(
             return _cmd_run(args, stdin, stdout)
         if args.command == "prefetch":
             return cli_run.cmd_prefetch(args, env, stdout)
+        if args.command == "report":
+            return cli_run.cmd_report(args, env, stdout)
+        if args.command == "react":
+            return cli_run.cmd_react(args, env)
+        if args.command == "reply":
+            return cli_run.cmd_reply(args, env, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:
