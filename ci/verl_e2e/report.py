@@ -63,7 +63,8 @@ def key_line(v: Verdict) -> str:
     if v.result in ("Fail", "Blocked"):
         return v.headline.split(": ", 1)[-1][:140]
     return next(
-        (k for k in reversed(v.key_lines) if "global_step" in k), v.key_lines[-1] if v.key_lines else ""
+        (k for k in reversed(v.key_lines) if "training/global_step" in k),
+        v.key_lines[-1] if v.key_lines else "",
     )[:140]
 
 
