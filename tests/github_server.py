@@ -70,7 +70,7 @@ class Spec:
             if op is None:
                 return f"{method} is not documented for {template}", template
             params = {p["name"]: p for p in map(self._param, op.get("parameters", []))}
-            for name, value in zip(names, m.groups()):
+            for name, value in zip(names, m.groups(), strict=True):
                 schema = params.get(name, {}).get("schema", {})
                 if schema.get("type") == "integer" and not value.isdigit():
                     return f"path parameter {name}={value!r} is not an integer", template
