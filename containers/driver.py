@@ -60,9 +60,7 @@ class Recorder:
         self.out = out
         self.provenance: dict = {"steps": [], "limitations": [], "commands": []}
         self.overrides: dict = {}  # env values the driver decided (dummy model paths)
-        self.phases = [
-            {"name": p["name"], "log": f"{p['name']}.log", "status": "not_run"} for p in cell["phases"]
-        ]
+        self.phases = [{"name": p["name"], "log": f"{p['name']}.log", "status": "not_run"} for p in cell["phases"]]
         self.save()
 
     def save(self) -> None:
@@ -298,9 +296,7 @@ def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict) -> str | 
     if raw.is_dir():
         cmd += ["--local_dataset_path", str(raw)]
     rec.provenance["commands"].append(" ".join(cmd))
-    proc = subprocess.run(
-        cmd, cwd=verl, env=base_env, capture_output=True, text=True, check=False, timeout=1800
-    )
+    proc = subprocess.run(cmd, cwd=verl, env=base_env, capture_output=True, text=True, check=False, timeout=1800)
     if proc.returncode != 0 or not train.is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
         return f"GSM8K preprocessing failed ({' | '.join(tail) or 'no output'}); run `verl-e2e prefetch` on the runner"
@@ -329,9 +325,7 @@ def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | Non
     target.write_text(json.dumps(config, indent=2))
     rec.overrides["DUMMY_MODEL_CONFIG_PATH"] = str(target)
     rec.overrides["DUMMY_MODEL_PATH"] = str(work / "dummy-model")
-    rec.step(
-        "model", "ok", f"dummy model: {env['MODEL_ID']} config shrunk by {cell['dummy_config']}", started
-    )
+    rec.step("model", "ok", f"dummy model: {env['MODEL_ID']} config shrunk by {cell['dummy_config']}", started)
     return None
 
 
@@ -378,19 +372,13 @@ def bridge_tests(cell: dict, bridge: Path, env: dict, out: Path, rec: Recorder, 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description="Run one verl-e2e cell (in the verl image or on a verl machine)."
-    )
+    ap = argparse.ArgumentParser(description="Run one verl-e2e cell (in the verl image or on a verl machine).")
     ap.add_argument("--cell", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path, help="the run dir")
     ap.add_argument("--bridge", required=True, type=Path, help="the Megatron-Bridge checkout under test")
     ap.add_argument("--verl", required=True, type=Path, help="the verl checkout")
-    ap.add_argument(
-        "--work", type=Path, default=Path("/tmp/verl-e2e-work"), help="scratch: checkpoints, dummy model"
-    )
-    ap.add_argument(
-        "--phase-timeout", type=float, default=None, help="seconds per phase (default: the cell's)"
-    )
+    ap.add_argument("--work", type=Path, default=Path("/tmp/verl-e2e-work"), help="scratch: checkpoints, dummy model")
+    ap.add_argument("--phase-timeout", type=float, default=None, help="seconds per phase (default: the cell's)")
     ap.add_argument(
         "--import-check",
         choices=("full", "location"),

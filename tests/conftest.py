@@ -21,9 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _shared() -> Path:
     """The team's shared data (verl log excerpts), read in place: $VERL_E2E_SHARED, ../shared or /work/shared."""
     candidates = [os.environ.get("VERL_E2E_SHARED", ""), str(ROOT.parent / "shared"), "/work/shared"]
-    return next(
-        (Path(c) for c in candidates if c and (Path(c) / "reference").is_dir()), ROOT.parent / "shared"
-    )
+    return next((Path(c) for c in candidates if c and (Path(c) / "reference").is_dir()), ROOT.parent / "shared")
 
 
 SHARED = _shared()
@@ -57,9 +55,7 @@ def cli() -> Callable[..., Result]:
 def subproc() -> Callable[..., Result]:
     """Run the real console entry point in a subprocess (what users and workflows do)."""
 
-    def run(
-        *argv: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None
-    ) -> Result:
+    def run(*argv: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")} | (env or {})
         proc = subprocess.run(
             [sys.executable, "-m", "verl_e2e", *argv],

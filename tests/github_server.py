@@ -35,9 +35,7 @@ def _anchored(node: Any) -> Any:
     """Point the description's local `#/components/...` references at the registered document."""
     if isinstance(node, dict):
         return {
-            k: (
-                "urn:github" + v if k == "$ref" and isinstance(v, str) and v.startswith("#") else _anchored(v)
-            )
+            k: ("urn:github" + v if k == "$ref" and isinstance(v, str) and v.startswith("#") else _anchored(v))
             for k, v in node.items()
         }
     if isinstance(node, list):
@@ -59,9 +57,7 @@ class Spec:
     def _param(self, p: dict[str, Any]) -> dict[str, Any]:
         return self.doc["components"]["parameters"][p["$ref"].split("/")[-1]] if "$ref" in p else p
 
-    def validate(
-        self, method: str, path: str, query: dict[str, list[str]], body: Any
-    ) -> tuple[str | None, str]:
+    def validate(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[str | None, str]:
         for rx, names, template, ops in self.routes:
             m = rx.match(path)
             if not m:
@@ -107,6 +103,7 @@ class GitHubState:
         self.reactions: list[tuple[int, str]] = []
         self.permissions: dict[str, str] = {}
         self.pulls: dict[int, dict[str, Any]] = {}
+        self.commits: dict[str, dict[str, Any]] = {}  # ref or sha -> commit
         self.requests: list[tuple[str, str]] = []
         self.violations: list[str] = []
         self.faults: list[tuple[int, dict[str, str], dict[str, Any]]] = []  # served before normal handling
@@ -151,9 +148,7 @@ def _handler(spec: Spec, state: GitHubState, base: list[str]) -> type[BaseHTTPRe
                 return self._send(status, data, headers)
             return self._route(method, template, url.path, query, body)
 
-        def _route(
-            self, method: str, template: str, path: str, query: dict[str, list[str]], body: Any
-        ) -> None:
+        def _route(self, method: str, template: str, path: str, query: dict[str, list[str]], body: Any) -> None:
             parts = path.strip("/").split("/")
             if template == "/repos/{owner}/{repo}/issues/{issue_number}/comments":
                 number = int(parts[4])
@@ -213,6 +208,9 @@ def _handler(spec: Spec, state: GitHubState, base: list[str]) -> type[BaseHTTPRe
             if template == "/repos/{owner}/{repo}/collaborators/{username}/permission":
                 level = state.permissions.get(parts[4], "none")
                 return self._send(200, {"permission": level, "role_name": level, "user": {"login": parts[4]}})
+            if template == "/repos/{owner}/{repo}/commits/{ref}":
+                commit = state.commits.get(parts[4])
+                return self._send(200, commit) if commit else self._send(422, {"message": "No commit found"})
             if template == "/repos/{owner}/{repo}/pulls/{pull_number}":
                 pull = state.pulls.get(int(parts[4]))
                 return self._send(200, pull) if pull else self._send(404, {"message": "Not Found"})

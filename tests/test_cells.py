@@ -107,9 +107,7 @@ def test_matrix_limit_is_refused_clearly(matrix: Matrix) -> None:
 
 
 def test_every_family_at_every_level_stays_under_github_limit(matrix: Matrix) -> None:
-    cells = expand(
-        matrix, select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=["qwen_vl", "deepseek"])
-    )
+    cells = expand(matrix, select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=["qwen_vl", "deepseek"]))
     assert len({c.id for c in cells}) == len(cells)
 
 

@@ -13,10 +13,7 @@ from verl_e2e.errors import UsageError
 
 
 def test_parses_statuses_renames_and_bare_paths() -> None:
-    text = (
-        "M\tsrc/a.py\nA\tsrc/b.py\nD\tsrc/c.py\nR087\told/x.py\tnew/x.py\n"
-        "./bare/path.py\n\n# note\r\nC100\ta\tb\n"
-    )
+    text = "M\tsrc/a.py\nA\tsrc/b.py\nD\tsrc/c.py\nR087\told/x.py\tnew/x.py\n./bare/path.py\n\n# note\r\nC100\ta\tb\n"
     files = parse_name_status(text)
     assert files == [
         ChangedFile("src/a.py", "M"),
@@ -81,9 +78,7 @@ def bridge_repo(tmp_path: Path) -> Path:
     _git(repo.parent, "init", "-q", "-b", "main", str(repo))
     _git(repo, "config", "user.email", "ci@example.com")
     _git(repo, "config", "user.name", "CI")
-    (repo / "src/megatron/bridge/models/qwen/qwen_provider.py").write_text(
-        'def f():\n    """Doc."""\n    return 1\n'
-    )
+    (repo / "src/megatron/bridge/models/qwen/qwen_provider.py").write_text('def f():\n    """Doc."""\n    return 1\n')
     (repo / "src/megatron/bridge/models/qwen/old_name.py").write_text("A = 1\nB = 2\nC = 3\nD = 4\n")
     (repo / "pyproject.toml").write_text('dependencies = ["megatron-core==0.13"]\n')
     _git(repo, "add", "-A")

@@ -76,13 +76,9 @@ def test_json_contract_from_stdin(subproc) -> None:
 
 def test_json_is_byte_for_byte_stable(subproc, tmp_path: Path) -> None:
     changes = tmp_path / "c.txt"
-    changes.write_text(
-        "M\tsrc/megatron/bridge/peft/lora.py\nA\tsrc/megatron/bridge/models/olmoe/olmoe_provider.py\n"
-    )
+    changes.write_text("M\tsrc/megatron/bridge/peft/lora.py\nA\tsrc/megatron/bridge/models/olmoe/olmoe_provider.py\n")
     first = subproc("plan", "--changed-files", str(changes), "--format", "json").out
-    changes.write_text(
-        "A\tsrc/megatron/bridge/models/olmoe/olmoe_provider.py\nM\tsrc/megatron/bridge/peft/lora.py\n"
-    )
+    changes.write_text("A\tsrc/megatron/bridge/models/olmoe/olmoe_provider.py\nM\tsrc/megatron/bridge/peft/lora.py\n")
     assert subproc("plan", "--changed-files", str(changes), "--format", "json").out == first
 
 
@@ -176,9 +172,7 @@ def test_malformed_changed_files_line(subproc) -> None:
 
 def test_invalid_matrix_exits_2(subproc, tmp_path: Path) -> None:
     bad = tmp_path / "matrix.yaml"
-    bad.write_text(
-        (ROOT / "matrix.yaml").read_text().replace("timeout_minutes: 45", "timeout_minutes: soon", 1)
-    )
+    bad.write_text((ROOT / "matrix.yaml").read_text().replace("timeout_minutes: 45", "timeout_minutes: soon", 1))
     result = subproc("plan", "--example", "--matrix", str(bad))
     assert result.code == 2 and "expected integer" in result.err and "Traceback" not in result.err
     listed = subproc("validate", str(bad))

@@ -154,9 +154,7 @@ def test_image_tag_is_reused_not_rebuilt(
     labels = engine.images.get(image).labels
     assert labels["io.verl-e2e.verl.commit"] == verl_commit(fake_verl)
     assert labels["org.opencontainers.image.base.name"] == base_image
-    other = ImageInputs(
-        base=base_image, verl=fake_verl, verl_commit=verl_commit(fake_verl), extra_pip="pytest"
-    )
+    other = ImageInputs(base=base_image, verl=fake_verl, verl_commit=verl_commit(fake_verl), extra_pip="pytest")
     assert other.tag != inputs.tag  # a different extra dependency is a different image
 
 
@@ -269,9 +267,7 @@ def test_phase_timeout_keeps_the_log_tail(
     assert leftover_containers(engine) == []
 
 
-def test_missing_data_that_cannot_be_made_is_blocked(
-    tmp_path: Path, plan_file: Path, image: str, bridge: Path
-) -> None:
+def test_missing_data_that_cannot_be_made_is_blocked(tmp_path: Path, plan_file: Path, image: str, bridge: Path) -> None:
     proc, out = run_cell(
         tmp_path,
         plan_file,
@@ -340,9 +336,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def test_local_backend_runs_the_same_driver(
-    tmp_path: Path, plan_file: Path, fake_verl: Path, bridge: Path
-) -> None:
+def test_local_backend_runs_the_same_driver(tmp_path: Path, plan_file: Path, fake_verl: Path, bridge: Path) -> None:
     out = tmp_path / "runs" / "local"
     cmd = [
         sys.executable,

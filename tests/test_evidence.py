@@ -82,9 +82,7 @@ def test_value_forms_rounded_raw_numpy_nan_inf() -> None:
     ev = _ev(V.metrics(5, loss="nan") + V.metrics(6, extra={"actor/entropy": "inf"}))
     assert ev.nan_or_inf_in_metrics and ev.failure_class == "nan"
     assert ev.nan_metrics == ["step 5: actor/pg_loss=nan", "step 6: actor/entropy=inf"]
-    ev = _ev(
-        V.metrics(7, extra={"actor/ppo_kl": "nan", "perf/throughput": "inf", "actor/pg_clipfrac": "nan"})
-    )
+    ev = _ev(V.metrics(7, extra={"actor/ppo_kl": "nan", "perf/throughput": "inf", "actor/pg_clipfrac": "nan"}))
     assert ev.nan_metrics == ["step 7: actor/ppo_kl=nan"]  # perf and clip fractions are not judged
 
 
@@ -103,9 +101,7 @@ SYNTHETIC_FAILURES = [
     ),
     (
         "nccl",
-        V.worker_traceback(
-            "DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
-        ),
+        V.worker_traceback("DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"),
         "nccl",
         "DistBackendError",
     ),
@@ -197,9 +193,7 @@ SYNTHETIC_FAILURES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "text", "klass", "etype"), SYNTHETIC_FAILURES, ids=[f[0] for f in SYNTHETIC_FAILURES]
-)
+@pytest.mark.parametrize(("name", "text", "klass", "etype"), SYNTHETIC_FAILURES, ids=[f[0] for f in SYNTHETIC_FAILURES])
 def test_failure_classes(name: str, text: str, klass: str, etype: str | None) -> None:
     ev = _ev(V.trace() + text)
     assert ev.failure_class == klass, (ev.failure_signature, ev.exception, ev.frames)
@@ -217,16 +211,13 @@ def test_rank_prefixed_exception_and_message_from_later_line() -> None:
 
 
 def test_traceback_backed_exception_beats_an_earlier_logged_one() -> None:
-    text = f"{V.WORKER}ImportError: flash_attn is not installed, falling back\n" + V.worker_traceback(
-        "KeyError", "'x'"
-    )
+    text = f"{V.WORKER}ImportError: flash_attn is not installed, falling back\n" + V.worker_traceback("KeyError", "'x'")
     assert _ev(text).exception == {"type": "KeyError", "message": "'x'"}
 
 
 def test_interrupt_is_not_an_exception() -> None:
     ev = _ev(
-        V.run(2, total=10)
-        + 'Traceback (most recent call last):\n  File "/x.py", line 3, in fit\nKeyboardInterrupt\n'
+        V.run(2, total=10) + 'Traceback (most recent call last):\n  File "/x.py", line 3, in fit\nKeyboardInterrupt\n'
     )
     assert ev.failure_class == "interrupted" and ev.exception is None and ev.interrupted
 

@@ -66,9 +66,7 @@ def test_failures_are_all_reported(matrix: Matrix, tmp_path: Path) -> None:
             raise PermissionError("401 Client Error: gated repo, access to model is restricted")
         return str(kw["local_dir"])
 
-    with pytest.raises(
-        PrefetchError, match=r"1 of 3 download\(s\) failed \(meta-llama/Llama-3.2-1B\).*--token-env"
-    ):
+    with pytest.raises(PrefetchError, match=r"1 of 3 download\(s\) failed \(meta-llama/Llama-3.2-1B\).*--token-env"):
         run_downloads(plan_downloads(matrix, ["llama"], tmp_path), tmp_path, fetch=fetch, say=print)
     failed = json.loads((tmp_path / "prefetch.json").read_text())["failed"]
     assert failed[0]["error"].startswith("PermissionError: 401")

@@ -69,11 +69,7 @@ def test_comment_created_then_updated_then_left_alone(gh) -> None:
     client, state, _ = gh
     assert upsert_comment(client, REPO, 7, MARKER + "\nfirst")[0] == "created"
     action, cid = upsert_comment(client, REPO, 7, MARKER + "\nsecond")
-    assert (
-        action == "updated"
-        and len(state.comments[7]) == 1
-        and state.comments[7][0]["body"].endswith("second")
-    )
+    assert action == "updated" and len(state.comments[7]) == 1 and state.comments[7][0]["body"].endswith("second")
     patches = sum(1 for m, _ in state.requests if m == "PATCH")
     assert upsert_comment(client, REPO, 7, MARKER + "\nsecond") == ("unchanged", cid)
     assert sum(1 for m, _ in state.requests if m == "PATCH") == patches  # nothing sent when nothing changed
@@ -166,9 +162,7 @@ def test_checks_not_allowed_fall_back_to_a_commit_status(gh) -> None:
     client, state, _ = gh
     state.forbid_checks = True
     ctx = Context(repo=REPO, pr=None, sha="c" * 40)
-    done = publish(
-        [verdict("L0-lora-ddp-qwen", "Blocked")], ctx, PublishOptions(comment=False), client, say=print
-    )
+    done = publish([verdict("L0-lora-ddp-qwen", "Blocked")], ctx, PublishOptions(comment=False), client, say=print)
     assert done["status"] == "created"
     assert state.statuses == [
         {
@@ -192,12 +186,8 @@ def _markdown(text: str):
 
 
 def test_comment_markdown_structure() -> None:
-    verdicts = [verdict(f"L0-lora-ddp-f{i}", "Pass") for i in range(3)] + [
-        verdict("L1-save-resume-qwen", "Fail", 1)
-    ]
-    text = render(
-        verdicts, Context(repo=REPO, pr=1, sha="e" * 40, skipped={"5": "no changed path matched its rules"})
-    )
+    verdicts = [verdict(f"L0-lora-ddp-f{i}", "Pass") for i in range(3)] + [verdict("L1-save-resume-qwen", "Fail", 1)]
+    text = render(verdicts, Context(repo=REPO, pr=1, sha="e" * 40, skipped={"5": "no changed path matched its rules"}))
     tokens = _markdown(text)
     rows = [t for t in tokens if t.type == "tr_open"]
     assert len(rows) == 1 + len(verdicts)  # header + one row per cell
@@ -224,9 +214,7 @@ def test_300_cells_stay_under_the_limit_and_keep_failures() -> None:
 def test_report_cli_end_to_end(spec: Spec, tmp_path: Path, matrix: Matrix, cli) -> None:
     runs = tmp_path / "runs"
     write_run_dir(runs / "a", cell_for(matrix, 0), {"run": V.run(1)})
-    write_run_dir(
-        runs / "b", cell_for(matrix, 0, "llama"), {"run": V.run(1) + V.worker_traceback("KeyError", "'x'")}
-    )
+    write_run_dir(runs / "b", cell_for(matrix, 0, "llama"), {"run": V.run(1) + V.worker_traceback("KeyError", "'x'")})
     with serve(spec) as (url, state):
         env = {
             "GITHUB_API_URL": url,
@@ -246,9 +234,7 @@ def test_report_cli_end_to_end(spec: Spec, tmp_path: Path, matrix: Matrix, cli) 
         assert again.code == 1 and len(state.comments[5]) == 1
         reply = cli("reply", "--pr", "5", "--comment-id", "77", "--reason", "unknown level '9'", env=env)
         assert reply.code == 0 and state.reactions == [(77, "confused")]
-        assert (
-            "unknown level '9'" in state.comments[5][-1]["body"] and "Usage:" in state.comments[5][-1]["body"]
-        )
+        assert "unknown level '9'" in state.comments[5][-1]["body"] and "Usage:" in state.comments[5][-1]["body"]
         assert state.violations == []
 
 
@@ -275,7 +261,4 @@ def test_the_stand_in_refuses_what_github_would(spec: Spec) -> None:
         with pytest.raises(Exception, match="400"):
             client.request("PUT", f"/repos/{REPO}/issues/5/comments", json={"body": "x"})
         assert len(state.violations) == 4
-        assert (
-            "is not one of" in state.violations[0]
-            and "'head_sha' is a required property" in state.violations[2]
-        )
+        assert "is not one of" in state.violations[0] and "'head_sha' is a required property" in state.violations[2]

@@ -49,9 +49,7 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("name", "paths", "levels", "families"), TABLE, ids=[t[0] for t in TABLE])
-def test_selection_table(
-    matrix: Matrix, name: str, paths: list[str], levels: list[int], families: list[str]
-) -> None:
+def test_selection_table(matrix: Matrix, name: str, paths: list[str], levels: list[int], families: list[str]) -> None:
     selection = select(matrix, [ChangedFile(p) for p in paths])
     assert list(selection.levels) == levels
     assert list(selection.families) == families

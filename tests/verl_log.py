@@ -115,13 +115,9 @@ def run(
             out.append(f"{TASK}Found checkpoint: %s {CKPT}/global_step_{start}\n")
             out.append(f"{TASK}Load from checkpoint folder: {CKPT}/global_step_{start}\n")
             out.append(f"{TASK}Setting global step to {start}\n")
-        out.append(
-            f"{WORKER}[Rank 0] Loaded sharded model checkpoint from {CKPT}/global_step_{start}/actor/model\n"
-        )
+        out.append(f"{WORKER}[Rank 0] Loaded sharded model checkpoint from {CKPT}/global_step_{start}/actor/model\n")
     else:
-        out.append(
-            f"{TASK}Checkpoint tracker file does not exist: {CKPT}/latest_checkpointed_iteration.txt\n"
-        )
+        out.append(f"{TASK}Checkpoint tracker file does not exist: {CKPT}/latest_checkpointed_iteration.txt\n")
         out.append(f"{TASK}Training from scratch\n")
     out.append(progress(start, total) + "\n")
     for i in range(steps):

@@ -79,8 +79,7 @@ def synthetic_log(target_bytes: int, seed: int = 0) -> Iterator[str]:
             root = "/ckpt/verl-test/run/global_step_"
             chunk.append(f"\x1b[36m(TaskRunner pid=1200)\x1b[0m local_global_step_folder: {root}{step}")
             chunk += [
-                f"\x1b[36m(WorkerDict pid=20{r})\x1b[0m [Rank {r}] Saved model to {root}{step}/actor"
-                for r in range(8)
+                f"\x1b[36m(WorkerDict pid=20{r})\x1b[0m [Rank {r}] Saved model to {root}{step}/actor" for r in range(8)
             ]
         text = "\n".join(chunk) + "\n"
         size += len(text)

@@ -128,17 +128,10 @@ def _cell(
     common_args = list(matrix.levels[0].args) + (list(lvl.args) if level != 0 else []) + list(variant.args)
     phases = []
     for phase in variant.phases:
-        env = (
-            base
-            | (dict(lvl.env) if level != 0 else {})
-            | dict(variant.env)
-            | _model_env(matrix, family, ref, suffix)
-        )
+        env = base | (dict(lvl.env) if level != 0 else {}) | dict(variant.env) | _model_env(matrix, family, ref, suffix)
         env |= _runtime_env(matrix, variant.gpus) | dict(phase.env)
         phases.append(
-            CellPhase(
-                phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect)
-            )
+            CellPhase(phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect))
         )
     tests = [*SKILL_BRIDGE_TESTS, *family.tests, f"tests/unit_tests/models/{family.name}"]
     return Cell(

@@ -64,9 +64,7 @@ def parse_name_status(text: str, source: str = "changed files") -> list[ChangedF
             continue
         want = 3 if letter in "RC" else 2
         if len(fields) != want:
-            problems.append(
-                f"line {number}: status {letter} needs {want - 1} path(s), found {len(fields) - 1}"
-            )
+            problems.append(f"line {number}: status {letter} needs {want - 1} path(s), found {len(fields) - 1}")
             continue
         if not all(f.strip() for f in fields[1:]):
             problems.append(f"line {number}: empty path")
@@ -199,9 +197,7 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
     """Diff `head` against its merge base with `base`; return (files, merge_base, head_sha)."""
     repo = Path(repo_path)
     if not repo.is_dir():
-        raise UsageError(
-            f"--repo {repo_path}: no such directory; pass the path of a Megatron-Bridge checkout"
-        )
+        raise UsageError(f"--repo {repo_path}: no such directory; pass the path of a Megatron-Bridge checkout")
     _git(
         repo,
         "rev-parse",

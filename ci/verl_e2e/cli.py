@@ -72,9 +72,7 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="`git diff --name-status` lines or bare paths; '-' reads stdin",
     )
-    src.add_argument(
-        "--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)"
-    )
+    src.add_argument("--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)")
     src.add_argument(
         "--example",
         nargs="?",
@@ -82,9 +80,7 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
         choices=sorted(EXAMPLES),
         help="plan a built-in example change (default: new-provider)",
     )
-    p.add_argument(
-        "--base", metavar="REV", help="base revision; the diff starts at its merge base with --head"
-    )
+    p.add_argument("--base", metavar="REV", help="base revision; the diff starts at its merge base with --head")
     p.add_argument("--head", metavar="REV", default=None, help="head revision (default: HEAD)")
     p.add_argument(
         "--levels",
@@ -124,14 +120,10 @@ def _build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--format", choices=("text", "json", "github"), default="text", help="output format (default: text)"
     )
-    plan.add_argument(
-        "--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)"
-    )
+    plan.add_argument("--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)")
     plan.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
 
-    validate = sub.add_parser(
-        "validate", help="check a matrix.yaml against its schema and report every problem"
-    )
+    validate = sub.add_parser("validate", help="check a matrix.yaml against its schema and report every problem")
     validate.add_argument("path", nargs="?", help="matrix.yaml (default: the one shipped)")
 
     families = sub.add_parser("families", help="list the model families and their checkpoints")
@@ -251,9 +243,7 @@ def _cmd_validate(args: argparse.Namespace, stdout: TextIO) -> int:
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(
-            f"{path}: cannot read it ({exc.strerror}); pass the path of a matrix.yaml"
-        ) from None
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); pass the path of a matrix.yaml") from None
     except yaml.YAMLError:
         load_matrix(path)  # raises the formatted syntax error
     problems = validate_document(stringify_keys(document), str(path))
@@ -287,9 +277,7 @@ def _cmd_evidence(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> in
     else:
         path = Path(args.log)
         if not path.is_file():
-            raise UsageError(
-                f"evidence: {args.log}: no such file; pass the path of a verl console log or '-'"
-            )
+            raise UsageError(f"evidence: {args.log}: no such file; pass the path of a verl console log or '-'")
         ev = parse_file(path, sigs)
     if args.format == "json":
         stdout.write(json.dumps(ev.to_json(), indent=2, sort_keys=True) + "\n")
@@ -346,6 +334,8 @@ def main(
             return cli_run.cmd_react(args, env)
         if args.command == "reply":
             return cli_run.cmd_reply(args, env, stdout)
+        if args.command == "trigger":
+            return cli_run.cmd_trigger(args, env, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:

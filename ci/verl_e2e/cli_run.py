@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import secrets
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from verl_e2e.runcell import (
     parse_env_pairs,
     run_cell,
 )
+from verl_e2e.trigger import CommandError, RunRequest, from_comment, from_dispatch, from_pull_request
 from verl_e2e.verdict import Verdict
 from verl_e2e.verdict import render_text as render_verdict
 
@@ -70,15 +72,9 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("--pr", type=int, help="pull request number (no comment without one)")
     rep.add_argument("--sha", help="head commit (default: GITHUB_SHA)")
     rep.add_argument("--merge-base", help="merge base shown in the headline")
-    rep.add_argument(
-        "--comment", action=argparse.BooleanOptionalAction, default=True, help="upsert the PR comment"
-    )
-    rep.add_argument(
-        "--check", action=argparse.BooleanOptionalAction, default=True, help="create the check run"
-    )
-    rep.add_argument(
-        "--blocked-fails", action="store_true", help="a Blocked result fails the check (default neutral)"
-    )
+    rep.add_argument("--comment", action=argparse.BooleanOptionalAction, default=True, help="upsert the PR comment")
+    rep.add_argument("--check", action=argparse.BooleanOptionalAction, default=True, help="create the check run")
+    rep.add_argument("--blocked-fails", action="store_true", help="a Blocked result fails the check (default neutral)")
     rep.add_argument("--summary", type=Path, help="append the markdown here (default: GITHUB_STEP_SUMMARY)")
     rep.add_argument("--junit", type=Path, help="write the merged JUnit file here")
     rep.add_argument("--run-url", help="link to the workflow run (default: from the Actions environment)")
@@ -87,18 +83,24 @@ def add_commands(sub: Any) -> None:
 
     react = sub.add_parser("react", help="react to a /verl-e2e comment (eyes on receipt, rocket on start)")
     react.add_argument("comment_id", type=int)
-    react.add_argument(
-        "content", choices=("eyes", "rocket", "confused", "+1", "-1", "hooray", "heart", "laugh")
-    )
+    react.add_argument("content", choices=("eyes", "rocket", "confused", "+1", "-1", "hooray", "heart", "laugh"))
     react.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
 
-    reply = sub.add_parser(
-        "reply", help="refuse a /verl-e2e comment: a confused reaction and a reply with the usage"
-    )
+    reply = sub.add_parser("reply", help="refuse a /verl-e2e comment: a confused reaction and a reply with the usage")
     reply.add_argument("--pr", type=int, required=True)
     reply.add_argument("--comment-id", type=int, required=True)
     reply.add_argument("--reason", required=True, help="what was wrong")
     reply.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
+
+    trig = sub.add_parser(
+        "trigger",
+        help="decide from a GitHub event whether and what to run (permission and head-SHA checks included)",
+        description="Read the event payload (as data) and write run, plan, head_sha, base_sha, pr, levels, family, "
+        "model, verl_ref, fork, reason to $GITHUB_OUTPUT. A refused /verl-e2e comment gets a confused reaction "
+        "and a reply that says why; an accepted one gets eyes.",
+    )
+    trig.add_argument("--event-name", required=True, choices=("pull_request", "issue_comment", "workflow_dispatch"))
+    trig.add_argument("--event", type=Path, required=True, help="the event payload (GITHUB_EVENT_PATH)")
 
     prefetch = sub.add_parser(
         "prefetch",
@@ -106,9 +108,7 @@ def add_commands(sub: Any) -> None:
         description="Download once into the runner cache what cells need, since cells run with the hub off.",
     )
     prefetch.add_argument("--family", action="append", default=[], metavar="NAME", help="only these families")
-    prefetch.add_argument(
-        "--cache", type=Path, help="cache root (default: defaults.host_cache in matrix.yaml)"
-    )
+    prefetch.add_argument("--cache", type=Path, help="cache root (default: defaults.host_cache in matrix.yaml)")
     prefetch.add_argument("--token-env", metavar="NAME", help="variable holding a hub token for gated models")
     prefetch.add_argument("--dry-run", action="store_true", help="list the downloads only")
     prefetch.add_argument("--matrix", metavar="PATH")
@@ -121,9 +121,7 @@ def add_commands(sub: Any) -> None:
         "phases.json, driver.log, evidence.json, verdict.json, junit.xml). "
         "Exit 0 on Pass or Skipped, 1 otherwise.",
     )
-    cell.add_argument(
-        "cell", type=Path, metavar="CELL_JSON", help="a cell record, or plan.json with --cell-id"
-    )
+    cell.add_argument("cell", type=Path, metavar="CELL_JSON", help="a cell record, or plan.json with --cell-id")
     cell.add_argument("--cell-id", help="which cell of a plan.json")
     run_options(cell)
 
@@ -133,16 +131,10 @@ def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="run dir (run: a parent for one run dir per cell)")
     p.add_argument("--backend", choices=("docker", "local"), default="docker")
     p.add_argument("--image", help="image tag to run (default: the one `verl-e2e image` ensures)")
-    p.add_argument(
-        "--verl", type=Path, help="verl checkout (required with --backend local or to build the image)"
-    )
+    p.add_argument("--verl", type=Path, help="verl checkout (required with --backend local or to build the image)")
     p.add_argument("--gpus", help="none, all, or device ids like 0,1 (default: the cell's GPU count)")
-    p.add_argument(
-        "--env", action="append", default=[], metavar="NAME=VALUE", help="extra container variable"
-    )
-    p.add_argument(
-        "--phase-timeout", type=float, metavar="SECONDS", help="per-phase limit (default: the cell's)"
-    )
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra container variable")
+    p.add_argument("--phase-timeout", type=float, metavar="SECONDS", help="per-phase limit (default: the cell's)")
     p.add_argument(
         "--import-check",
         choices=("full", "location"),
@@ -150,9 +142,7 @@ def run_options(p: argparse.ArgumentParser) -> None:
         help="full imports megatron.bridge; location only resolves its path (images without torch)",
     )
     p.add_argument("--no-bridge-tests", action="store_true", help="skip the focused Bridge tests")
-    p.add_argument(
-        "--cache", type=Path, help="runner cache root (default: defaults.host_cache in matrix.yaml)"
-    )
+    p.add_argument("--cache", type=Path, help="runner cache root (default: defaults.host_cache in matrix.yaml)")
     p.add_argument(
         "--ulimit",
         action="append",
@@ -167,34 +157,24 @@ def _cells_from(path: Path, cell_id: str | None) -> Cell:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(
-            f"run-cell: {path}: no such file; write one with `verl-e2e plan --out plan.json`"
-        ) from None
+        raise UsageError(f"run-cell: {path}: no such file; write one with `verl-e2e plan --out plan.json`") from None
     except ValueError as exc:
         raise UsageError(f"run-cell: {path}: not JSON ({exc}); pass a cell record or a plan") from None
     if isinstance(data, dict) and "cells" in data:
         ids = [c["id"] for c in data["cells"]]
         if cell_id is None:
-            raise UsageError(
-                f"run-cell: {path} is a plan; pick a cell with --cell-id (one of: {', '.join(ids)})"
-            )
+            raise UsageError(f"run-cell: {path} is a plan; pick a cell with --cell-id (one of: {', '.join(ids)})")
         chosen = next((c for c in data["cells"] if c["id"] == cell_id), None)
         if chosen is None:
-            raise UsageError(
-                f"run-cell: --cell-id {cell_id}: not in {path}; expected one of: {', '.join(ids)}"
-            )
+            raise UsageError(f"run-cell: --cell-id {cell_id}: not in {path}; expected one of: {', '.join(ids)}")
         data = chosen
     try:
         return cell_from_json(data)
     except (TypeError, KeyError) as exc:
-        raise UsageError(
-            f"run-cell: {path}: not a cell record ({exc}); take a cell from `verl-e2e plan`"
-        ) from None
+        raise UsageError(f"run-cell: {path}: not a cell record ({exc}); take a cell from `verl-e2e plan`") from None
 
 
-def options(
-    args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path, image: str | None
-) -> RunOptions:
+def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path, image: str | None) -> RunOptions:
     root = args.cache or Path(matrix.defaults.host_cache)
     cache = {"models": root / "models", "datasets": root / "datasets", "hf_home": root / "hf"}
     return RunOptions(
@@ -227,18 +207,14 @@ def parse_ulimits(items: list[str]) -> dict[str, int]:
         try:
             limits[name] = int(value)
         except ValueError:
-            raise UsageError(
-                f"--ulimit {item}: VALUE must be an integer, -1 (unlimited) or 'default'"
-            ) from None
+            raise UsageError(f"--ulimit {item}: VALUE must be an integer, -1 (unlimited) or 'default'") from None
     return limits
 
 
 def _image_inputs(args: argparse.Namespace, matrix: Matrix) -> ImageInputs:
     verl = args.verl
     if verl is None:
-        raise UsageError(
-            "a verl checkout is needed to compute or build the image: pass --verl PATH (or --image TAG)"
-        )
+        raise UsageError("a verl checkout is needed to compute or build the image: pass --verl PATH (or --image TAG)")
     return ImageInputs(
         base=getattr(args, "base", None) or matrix.defaults.image,
         verl=verl.resolve(),
@@ -317,6 +293,56 @@ def cmd_reply(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) 
     client.react(repo, args.comment_id, "confused")
     created = client.create_comment(repo, args.pr, refusal(args.reason))
     stdout.write(f"verl-e2e: replied on {repo}#{args.pr} (comment {created.get('id')})\n")
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    try:
+        event = json.loads(args.event.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"trigger: --event {args.event}: unreadable event payload ({exc}); pass GITHUB_EVENT_PATH"
+        ) from None
+    request: RunRequest | None
+    if args.event_name == "pull_request":
+        request = from_pull_request(event)
+    else:
+        client = GitHubClient.from_env(env)
+        try:
+            request = (
+                from_comment(event, client) if args.event_name == "issue_comment" else from_dispatch(event, client)
+            )
+        except CommandError as exc:
+            if args.event_name != "issue_comment":
+                raise
+            repo, number, comment_id = (
+                event["repository"]["full_name"],
+                event["issue"]["number"],
+                event["comment"]["id"],
+            )
+            client.react(repo, int(comment_id), "confused")
+            client.create_comment(repo, int(number), refusal(str(exc)))
+            request = RunRequest(
+                run=False,
+                plan=False,
+                reason=f"refused: {exc}",
+                repo=repo,
+                pr=int(number),
+                comment_id=int(comment_id),
+                source="issue_comment",
+            )
+        else:
+            if request is not None and request.comment_id is not None:
+                client.react(request.repo, request.comment_id, "eyes")
+    if request is None:
+        request = RunRequest(run=False, plan=False, reason="not a /verl-e2e command on a pull request")
+    outputs = request.outputs()
+    if env.get("GITHUB_OUTPUT"):
+        with Path(env["GITHUB_OUTPUT"]).open("a", encoding="utf-8") as fh:
+            for key, value in outputs.items():
+                delimiter = f"ghadelim_{secrets.token_hex(8)}"
+                fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+    stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
     return 0
 
 

@@ -216,9 +216,7 @@ def _describe(error: ValidationError) -> str:
 def validate_document(document: Any, source: str) -> list[str]:
     """All schema problems of a loaded document, as `file::$.path: message` lines."""
     validator = Draft202012Validator(schema())
-    errors = sorted(
-        validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message)
-    )
+    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     lines = []
     for error in errors:
         best = error
@@ -354,18 +352,14 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
             f"{source}::$.runners: the largest runner has {runners[-1][0]} GPUs, but a variant needs {need}; "
             "add a runner with enough GPUs"
         )
-    escalations = tuple(
-        _rule(r, f"{source}::$.escalations[{i}]") for i, r in enumerate(doc.get("escalations", []))
-    )
+    escalations = tuple(_rule(r, f"{source}::$.escalations[{i}]") for i, r in enumerate(doc.get("escalations", [])))
     rules = tuple(_rule(r, f"{source}::$.rules[{i}]") for i, r in enumerate(doc["rules"]))
     seen: set[str] = set()
     for rule in (*escalations, *rules):
         if rule.name in seen:
             raise ConfigError(f"{source}: rule name {rule.name!r} appears twice; rule names must be unique")
         seen.add(rule.name)
-    ignore = tuple(
-        (name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items()
-    )
+    ignore = tuple((name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items())
     extra = build_signatures(doc.get("signatures", []), f"{source}::$.signatures")
     return Matrix(
         source,

@@ -82,9 +82,7 @@ _TRACE = re.compile(r"^\++ (?:export |declare -x )?([A-Z_][A-Z0-9_]*)=(.*)$")
 _TRACE_CMD = re.compile(r"^\++ (.*verl\.trainer\.main_ppo.*)$")
 _BRIDGE = re.compile(r"(\S*/megatron/bridge/__init__\.py)")
 _DRIVER_RECORD = re.compile(r"verl-e2e: bridge import \((driver|ray-worker|pid \d+)\): (.+?)\s*$")
-_NUMBER = re.compile(
-    r"^(?:np\.float\d*\(|tensor\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\)?$", re.I
-)
+_NUMBER = re.compile(r"^(?:np\.float\d*\(|tensor\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\)?$", re.I)
 _RESIDUAL = re.compile(
     r"resource_tracker|DataLoader worker \(pid|Exception ignored in|atexit|during shutdown|"
     r"Ray is shutting down|worker_pool\.cc|core_worker\.cc.*(?:Exiting|shutdown)|leaked semaphore"
@@ -108,9 +106,7 @@ SERIES_KEYS = (
     "training/global_step",
 )
 # One regex for the kept keys: the literal " - " prefix lets `re` skip quickly between pairs.
-_SERIES_RX = re.compile(
-    r" - (" + "|".join(re.escape(k) for k in SERIES_KEYS) + r"|val-core/[^:\s]*|val/[^:\s]*):(\S*)"
-)
+_SERIES_RX = re.compile(r" - (" + "|".join(re.escape(k) for k in SERIES_KEYS) + r"|val-core/[^:\s]*|val/[^:\s]*):(\S*)")
 
 
 NAN_WATCHED = re.compile(r"loss|reward|score|kl|entropy|grad_norm|log_?prob|advantage")
@@ -223,9 +219,7 @@ class LogParser:
         if _re2 is not None and use_re2:
             alternatives = b"|".join(re.escape(n) for n in self.needles)
             self._line_rx = _re2.compile(b"(?m)^[^\n]*(?:" + alternatives + b")[^\n]*")
-            self._line_rx_trace = _re2.compile(
-                b"(?m)^(?:(?:[^\n]*\r)?\\+[^\n]*|[^\n]*(?:" + alternatives + b")[^\n]*)"
-            )
+            self._line_rx_trace = _re2.compile(b"(?m)^(?:(?:[^\n]*\r)?\\+[^\n]*|[^\n]*(?:" + alternatives + b")[^\n]*)")
         self.ev = Evidence()
         self._carry = b""
         self._first_line = True
@@ -275,9 +269,7 @@ class LogParser:
         last = buf.rfind(PROGRESS)
         if last != -1:
             self._progress(
-                clean_line(
-                    buf[last : last + 300].split(b"\n", 1)[0].split(b"\r", 1)[0].decode(errors="replace")
-                )
+                clean_line(buf[last : last + 300].split(b"\n", 1)[0].split(b"\r", 1)[0].decode(errors="replace"))
             )
 
     def _find_hits(self, buf: bytes, tracing: bool) -> None:
@@ -579,9 +571,7 @@ class LogParser:
         ev = self.ev
         failed = ev.exception is not None or ev.unhandled_error
         by_name = {s.name: s for s in self.signatures}
-        strong = [
-            s for s in self.signatures if s.failure_class != "runtime" and s.name in self._signature_hits
-        ]
+        strong = [s for s in self.signatures if s.failure_class != "runtime" and s.name in self._signature_hits]
         if strong:
             s = strong[0]
             return s.failure_class, s.name, self._signature_hits[s.name], s.hint

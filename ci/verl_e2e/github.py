@@ -88,9 +88,7 @@ class GitHubClient:
     def from_env(cls, env: Mapping[str, str], **kw: Any) -> GitHubClient:
         token = env.get("GITHUB_TOKEN") or env.get("GH_TOKEN")
         if not token:
-            raise UsageError(
-                "no GitHub token: set GITHUB_TOKEN (or GH_TOKEN), or use --dry-run to print the requests"
-            )
+            raise UsageError("no GitHub token: set GITHUB_TOKEN (or GH_TOKEN), or use --dry-run to print the requests")
         return cls(token=token, api_url=env.get("GITHUB_API_URL", DEFAULT_API), **kw)
 
     # ------------------------------------------------------------------------------------ requests
@@ -106,9 +104,7 @@ class GitHubClient:
                 response = self._session.request(method, url, params=params, json=json, timeout=self.timeout)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 if attempt == self.max_retries:
-                    raise GitHubError(
-                        0, where, type(exc).__name__, "check the network and GITHUB_API_URL"
-                    ) from None
+                    raise GitHubError(0, where, type(exc).__name__, "check the network and GITHUB_API_URL") from None
                 self.sleep(delay)
                 delay = min(delay * 2, 30)
                 continue
@@ -158,11 +154,7 @@ class GitHubClient:
         if status == 404:
             raise NotFoundError(status, where, message, "check the repository, number and the token's access")
         if status == 403:
-            hint = (
-                FORK_HINT
-                if "not accessible by integration" in message.lower()
-                else "check the token's permissions"
-            )
+            hint = FORK_HINT if "not accessible by integration" in message.lower() else "check the token's permissions"
             raise ForbiddenError(status, where, message, hint)
         if status == 422:
             raise UnprocessableError(status, where, message)
@@ -204,18 +196,14 @@ class GitHubClient:
         return data
 
     def react(self, repo: str, comment_id: int, content: str) -> None:
-        self.request(
-            "POST", f"/repos/{repo}/issues/comments/{comment_id}/reactions", json={"content": content}
-        )
+        self.request("POST", f"/repos/{repo}/issues/comments/{comment_id}/reactions", json={"content": content})
 
     def create_check_run(self, repo: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         data: dict[str, Any] = self.request("POST", f"/repos/{repo}/check-runs", json=dict(payload)).json()
         return data
 
     def update_check_run(self, repo: str, check_id: int, payload: Mapping[str, Any]) -> dict[str, Any]:
-        data: dict[str, Any] = self.request(
-            "PATCH", f"/repos/{repo}/check-runs/{check_id}", json=dict(payload)
-        ).json()
+        data: dict[str, Any] = self.request("PATCH", f"/repos/{repo}/check-runs/{check_id}", json=dict(payload)).json()
         return data
 
     def create_status(self, repo: str, sha: str, payload: Mapping[str, Any]) -> None:

@@ -68,12 +68,8 @@ class ImageResult:
 def verl_commit(verl: Path) -> str:
     """The verl checkout's HEAD, or a hash of its files when it is not a git checkout."""
     if not (verl / "verl").is_dir() and not (verl / "tests").is_dir():
-        raise UsageError(
-            f"--verl {verl}: not a verl checkout (no verl/ package); pass a clone of verl-project/verl"
-        )
-    proc = subprocess.run(
-        ["git", "-C", str(verl), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
+        raise UsageError(f"--verl {verl}: not a verl checkout (no verl/ package); pass a clone of verl-project/verl")
+    proc = subprocess.run(["git", "-C", str(verl), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     if proc.returncode == 0:
         return proc.stdout.strip()
     h = hashlib.sha256()
@@ -189,8 +185,6 @@ def _push(client: Any, tag: str, say: Callable[[str], None]) -> None:
     repository, _, version = tag.rpartition(":")
     for event in client.images.push(repository, tag=version, stream=True, decode=True):
         if "error" in event:
-            raise ImageError(
-                f"pushing {tag} failed: {event['error']}; log in to the registry (docker login) first"
-            )
+            raise ImageError(f"pushing {tag} failed: {event['error']}; log in to the registry (docker login) first")
         if event.get("status") in ("Pushed", "Layer already exists") or "digest" in str(event.get("aux", "")):
             say(f"  {event.get('status', '')} {event.get('id', '')}".rstrip())

@@ -54,9 +54,7 @@ def plan_downloads(matrix: Matrix, families: Sequence[str], cache: Path) -> list
     """Every download the named families (all when empty) need, without duplicates."""
     for name in families:
         if name not in matrix.families:
-            raise UsageError(
-                f"prefetch: --family {name}: unknown family{did_you_mean(name, matrix.families)}"
-            )
+            raise UsageError(f"prefetch: --family {name}: unknown family{did_you_mean(name, matrix.families)}")
     chosen = list(families) or list(matrix.families)
     out: dict[str, Download] = {}
     for name in chosen:
@@ -85,9 +83,7 @@ def _hub_fetch() -> Callable[..., Any]:
     try:
         from huggingface_hub import snapshot_download  # noqa: PLC0415 - optional: only prefetch needs it
     except ImportError:
-        raise UsageError(
-            "prefetch needs huggingface_hub on this host: pip install 'verl-e2e[prefetch]'"
-        ) from None
+        raise UsageError("prefetch needs huggingface_hub on this host: pip install 'verl-e2e[prefetch]'") from None
     return snapshot_download
 
 

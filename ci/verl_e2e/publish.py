@@ -36,9 +36,7 @@ def collect(paths: Sequence[Path], say: Callable[[str], None] = print) -> list[V
     verdicts: dict[str, Verdict] = {}
     for root in paths:
         if not root.exists():
-            raise UsageError(
-                f"report: {root}: no such directory; pass run dirs or the directory holding them"
-            )
+            raise UsageError(f"report: {root}: no such directory; pass run dirs or the directory holding them")
         dirs = sorted({p.parent for p in root.rglob("cell.json")})
         if not dirs:
             raise UsageError(f"report: {root}: no run dirs (no cell.json below it)")
@@ -98,9 +96,7 @@ def publish(
         if not ctx.sha:
             raise UsageError("report: --check needs the head commit (--sha or GITHUB_SHA)")
         try:
-            check = client.create_check_run(
-                ctx.repo, report.check_run(verdicts, ctx, blocked_fails=opts.blocked_fails)
-            )
+            check = client.create_check_run(ctx.repo, report.check_run(verdicts, ctx, blocked_fails=opts.blocked_fails))
             done["check_run"] = check.get("id")
             say(f"check run verl-e2e: {check.get('conclusion', 'completed')}")
         except ForbiddenError:

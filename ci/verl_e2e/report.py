@@ -74,15 +74,11 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     parts = ", ".join(f"{counts[r]} {r.lower()}" for r in ("Pass", "Fail", "Blocked", "Skipped") if counts[r])
     title = f"## {ICON[result]} verl-e2e: {result}"
     title += (
-        f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})"
-        if verdicts
-        else " (no verl run needed)"
+        f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})" if verdicts else " (no verl run needed)"
     )
     where = []
     if ctx.sha:
-        where.append(
-            f"As of commit {ctx.sha[:12]}" + (f", merge base {ctx.merge_base[:12]}" if ctx.merge_base else "")
-        )
+        where.append(f"As of commit {ctx.sha[:12]}" + (f", merge base {ctx.merge_base[:12]}" if ctx.merge_base else ""))
     links = [f"[workflow run]({ctx.run_url})"] if ctx.run_url else []
     if ctx.artifacts_url:
         links.append(f"[run dirs]({ctx.artifacts_url})")
@@ -172,10 +168,7 @@ def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool 
     annotations = []
     for v in [v for v in verdicts if v.result in ("Fail", "Blocked")][:MAX_ANNOTATIONS]:
         paths = [
-            p
-            for r in ctx.reasons.get(str(v.level), [])
-            if r.get("family") == v.family
-            for p in r.get("paths", [])
+            p for r in ctx.reasons.get(str(v.level), []) if r.get("family") == v.family for p in r.get("paths", [])
         ]
         annotations.append(
             {
@@ -201,9 +194,7 @@ def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool 
     return payload
 
 
-def commit_status(
-    verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False
-) -> dict[str, Any]:
+def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
     """The fallback where check runs are not allowed: one commit status."""
     result = overall(verdicts)
     state = {

@@ -102,13 +102,9 @@ def load_cell(path: Path) -> Cell:
         data = json.loads(path.read_text(encoding="utf-8"))
         return cell_from_json(data)
     except FileNotFoundError:
-        raise UsageError(
-            f"run-cell: {path}: no such file; write one with `verl-e2e plan --out plan.json`"
-        ) from None
+        raise UsageError(f"run-cell: {path}: no such file; write one with `verl-e2e plan --out plan.json`") from None
     except (ValueError, TypeError, KeyError) as exc:
-        raise UsageError(
-            f"run-cell: {path}: not a cell record ({exc}); take a cell from `verl-e2e plan`"
-        ) from None
+        raise UsageError(f"run-cell: {path}: not a cell record ({exc}); take a cell from `verl-e2e plan`") from None
 
 
 def check_bridge(path: Path) -> Path:
@@ -339,9 +335,7 @@ def container_spec(opts: RunOptions, gpus: list[str] | int | None) -> ContainerS
         ),
         "--no-final-ray-stop",  # the container's exit ends the cluster
     ]
-    return ContainerSpec(
-        opts.image or "IMAGE", command, mounts, environment, gpus, opts.shm_size, dict(opts.ulimits)
-    )
+    return ContainerSpec(opts.image or "IMAGE", command, mounts, environment, gpus, opts.shm_size, dict(opts.ulimits))
 
 
 def docker_command(cell: Cell, opts: RunOptions) -> list[str]:
@@ -357,15 +351,11 @@ def docker_command(cell: Cell, opts: RunOptions) -> list[str]:
         cmd.append(f'--gpus="device={",".join(spec.gpus)}"')
     cmd += [f"--ulimit={k}={v}" for k, v in spec.ulimits.items()]
     cmd += [f"--volume={src}:{dst}{':ro' if ro else ''}" for src, dst, ro in spec.mounts]
-    cmd += [
-        f"--env={k}" if k in PASS_THROUGH else f"--env={k}={v}" for k, v in sorted(spec.environment.items())
-    ]
+    cmd += [f"--env={k}" if k in PASS_THROUGH else f"--env={k}={v}" for k, v in sorted(spec.environment.items())]
     return [*cmd, f"--workdir={VERL_IN_IMAGE}", spec.image, *spec.command]
 
 
-def run_docker(
-    cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellation, client: Any
-) -> dict[str, Any]:
+def run_docker(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellation, client: Any) -> dict[str, Any]:
     image = opts.image
     assert image is not None
     try:
@@ -460,9 +450,7 @@ def _start_problem(exc: Exception, spec: ContainerSpec) -> str:
         )
     if "gpu" in text.lower() or "nvidia" in text.lower():
         detail = text.strip()[-160:]
-        return (
-            f"the engine could not give the container GPUs ({detail}); install the NVIDIA container toolkit"
-        )
+        return f"the engine could not give the container GPUs ({detail}); install the NVIDIA container toolkit"
     return f"the container could not start: {text.strip()[-200:]}"
 
 
@@ -488,9 +476,7 @@ def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellati
         cmd += ["--map", m]
     env = {k: v for k, v in os.environ.items() if not SECRET_LIKE.search(k)} | dict(opts.env)
     env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def stop() -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -541,9 +527,7 @@ def docker_client() -> Any:
 def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None) -> Verdict:
     cell = load_cell(opts.cell_file)
     bridge = check_bridge(opts.bridge)
-    opts = RunOptions(
-        **{**opts.__dict__, "bridge": bridge, "env": check_env(opts.env), "out": opts.out.resolve()}
-    )
+    opts = RunOptions(**{**opts.__dict__, "bridge": bridge, "env": check_env(opts.env), "out": opts.out.resolve()})
     if opts.backend == "docker" and client is None:
         client = docker_client()
     out = opts.out
@@ -578,9 +562,7 @@ def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None)
                 stream.close()
         info["duration_s"] = round(time.time() - started, 3)
         if info.get("status") in ("timeout", "cancelled"):
-            reason = (
-                "cell deadline reached; stopped" if info["status"] == "timeout" else "cancelled by a signal"
-            )
+            reason = "cell deadline reached; stopped" if info["status"] == "timeout" else "cancelled by a signal"
             _patch_phases(out, info["status"], reason)
         _write(out / "host.json", info)
         _merge_provenance(out, info)

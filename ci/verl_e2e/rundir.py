@@ -90,9 +90,7 @@ def load_run_dir(path: str | Path) -> RunDir:
     try:
         cell = cell_from_json(cell_data)
     except (TypeError, KeyError) as exc:
-        raise UsageError(
-            f"{root / 'cell.json'}: not a cell record ({exc}); rewrite it with `verl-e2e plan`"
-        ) from None
+        raise UsageError(f"{root / 'cell.json'}: not a cell record ({exc}); rewrite it with `verl-e2e plan`") from None
     provenance = _read_json(root / "provenance.json", problems) or {}
     phases_data = _read_json(root / "phases.json", problems)
     phases: list[PhaseRun] = []
@@ -114,9 +112,7 @@ def load_run_dir(path: str | Path) -> RunDir:
         for phase in cell.phases:
             log = root / f"{phase.name}.log"
             phases.append(PhaseRun(phase.name, log.name, "error" if log.exists() else "not_run"))
-    bridge_tests = (
-        _read_json(root / "bridge-tests.json", []) if (root / "bridge-tests.json").exists() else None
-    )
+    bridge_tests = _read_json(root / "bridge-tests.json", []) if (root / "bridge-tests.json").exists() else None
     checkpoints = _read_json(root / "checkpoints.json", []) if (root / "checkpoints.json").exists() else None
     return RunDir(root, cell, provenance, phases, bridge_tests, checkpoints, problems)
 

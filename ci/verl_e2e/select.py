@@ -60,9 +60,7 @@ class _Collector:
         self.kinds: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         self.hits: dict[tuple[int, str, str], tuple[str, dict[str, None]]] = {}
 
-    def add(
-        self, level: int, family: str, kinds: Iterable[str], reason: tuple[str, str], path: str | None
-    ) -> None:
+    def add(self, level: int, family: str, kinds: Iterable[str], reason: tuple[str, str], path: str | None) -> None:
         """Record that `reason` = (rule, why) selects `level` for `family` because of `path`."""
         self.kinds[level][family].update(kinds)
         entry = self.hits.setdefault((level, reason[0], family), (reason[1], {}))
@@ -203,8 +201,7 @@ class _Scan:
         for (level, rule, fam), (why, paths) in ranked:
             reasons[level].append(Reason(rule, why, fam, tuple(sorted(paths))))
         targets = {
-            lv: {f: frozenset(k) for f, k in sorted(fams.items())}
-            for lv, fams in sorted(self.col.kinds.items())
+            lv: {f: frozenset(k) for f, k in sorted(fams.items())} for lv, fams in sorted(self.col.kinds.items())
         }
         return Selection(
             levels=tuple(sorted(targets)),
@@ -233,11 +230,7 @@ class _Scan:
         if self.matrix.levels[level].optional:
             text = f"optional: runs only on request or when a changed path matches its rules ({listed})"
         if self.undecided.get(level):
-            text += (
-                "; "
-                + ", ".join(sorted(self.undecided[level]))
-                + " needs the diff to decide (plan with --repo)"
-            )
+            text += "; " + ", ".join(sorted(self.undecided[level])) + " needs the diff to decide (plan with --repo)"
         return text
 
 

@@ -47,14 +47,10 @@ def build_signatures(entries: Iterable[Mapping[str, Any]], where: str) -> tuple[
         try:
             regex = re.compile(entry["regex"])
         except (KeyError, re.error) as exc:
-            raise ConfigError(
-                f"{spot}.regex: missing or invalid regular expression ({exc}); fix it"
-            ) from None
+            raise ConfigError(f"{spot}.regex: missing or invalid regular expression ({exc}); fix it") from None
         needle = entry.get("needle") or entry["regex"]
         if not isinstance(needle, str) or not needle:
-            raise ConfigError(
-                f"{spot}.needle: expected a non-empty literal that every matching line contains"
-            )
+            raise ConfigError(f"{spot}.needle: expected a non-empty literal that every matching line contains")
         out.append(Signature(entry.get("name", f"signature-{i}"), cls, needle, regex, entry.get("hint", "")))
     return tuple(out)
 

@@ -104,9 +104,7 @@ def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) 
             recorded[where.replace("-", "_")] = path
     expected = (provenance.get("bridge") or {}).get("src")
     if not recorded:
-        return Check(
-            "local_bridge_import", "Fail", "the imported megatron.bridge path was not recorded"
-        ), False
+        return Check("local_bridge_import", "Fail", "the imported megatron.bridge path was not recorded"), False
 
     def local(path: str) -> bool:
         if expected:
@@ -119,9 +117,7 @@ def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) 
         wrong["a verl process"] = stray[0]
     if wrong:
         where, path = next(iter(wrong.items()))
-        return Check(
-            "local_bridge_import", "Fail", f"{where} imported {path}, not the checkout under test"
-        ), True
+        return Check("local_bridge_import", "Fail", f"{where} imported {path}, not the checkout under test"), True
     missing = [w for w in ("driver", "ray_worker") if w not in recorded]
     shown = recorded.get("ray_worker") or recorded.get("driver") or ""
     if processes:
@@ -136,9 +132,7 @@ def _vanilla(evidences: Mapping[str, Evidence]) -> Check:
     if seen and all(v == "False" for v in seen.values()):
         return Check("vanilla_mbridge_false", "Pass", "VANILLA_MBRIDGE=False")
     bad = {n: v for n, v in seen.items() if v != "False"}
-    detail = ", ".join(
-        f"{n}: {'not traced' if v is None else 'VANILLA_MBRIDGE=' + v}" for n, v in bad.items()
-    )
+    detail = ", ".join(f"{n}: {'not traced' if v is None else 'VANILLA_MBRIDGE=' + v}" for n, v in bad.items())
     return Check("vanilla_mbridge_false", "Fail", detail or "no phase log")
 
 
@@ -297,20 +291,14 @@ def _detected_limitations(
     for ev in evidences.values():
         command = ev.command or ""
         commands = " ".join([command, *(p.command or "" for p in phases)])
-        if ev.traced_env.get("USE_DUMMY_MODEL") == "True" and not any(
-            x.startswith("dummy model") for x in out
-        ):
+        if ev.traced_env.get("USE_DUMMY_MODEL") == "True" and not any(x.startswith("dummy model") for x in out):
             out.append("dummy model: proves construction and training mechanics only")
-        if "reward_model.enable=False" in commands and not any(
-            x.startswith("reward model disabled") for x in out
-        ):
+        if "reward_model.enable=False" in commands and not any(x.startswith("reward model disabled") for x in out):
             out.append("reward model disabled (reward.reward_model.enable=False)")
         if "enforce_eager=True" in commands and not any("enforce_eager" in x for x in out):
             out.append("rollout runs with enforce_eager=True")
         if ev.residual_noise:
-            out.append(
-                f"residual shutdown noise after the last step ({len(ev.residual_noise)} line(s)), accepted"
-            )
+            out.append(f"residual shutdown noise after the last step ({len(ev.residual_noise)} line(s)), accepted")
     return list(dict.fromkeys(out))
 
 
@@ -354,9 +342,7 @@ def _headline(cell: Cell, out: _Outcome, checks: Sequence[Check], evidences: Map
         return f"Pass - {what}"
     if out.result == "Skipped":
         return f"Skipped - {out.reason}"
-    cause = out.reason or (
-        f"{out.failure_class} in phase {out.failed_phase}" if out.failed_phase else "checks failed"
-    )
+    cause = out.reason or (f"{out.failure_class} in phase {out.failed_phase}" if out.failed_phase else "checks failed")
     first_exc = next((ev.exception for ev in evidences.values() if ev.exception), None)
     if first_exc:
         cause += f": {first_exc['type']}: {first_exc['message'][:160]}".rstrip(": ")
@@ -373,9 +359,7 @@ def _deliverables(
     """The skill's five deliverables, from the checks."""
     by_name = {c.name: c for c in checks}
     ran = [p for p in phases if p.status != "not_run"]
-    run_checks = [
-        by_name[n] for n in ("steps_completed", "exit_zero", "vanilla_mbridge_false") if n in by_name
-    ]
+    run_checks = [by_name[n] for n in ("steps_completed", "exit_zero", "vanilla_mbridge_false") if n in by_name]
     run_ok = bool(ran) and all(c.result == "Pass" for c in run_checks)
     variant_checks = [
         c for c in checks if c.name in ("saves", "resume", "no_nan", "grad_norm_nonzero", "learning_signal")
@@ -401,18 +385,14 @@ def _deliverables(
             f"{cell.variant}: " + "; ".join(c.detail for c in run_checks[:2]),
         ),
         variants,
-        Deliverable(
-            "Log capture", "Pass" if logs_ok else "Fail", log_capture or ", ".join(p.log for p in ran)
-        ),
+        Deliverable("Log capture", "Pass" if logs_ok else "Fail", log_capture or ", ".join(p.log for p in ran)),
     ]
     if out.result == "Blocked":
         out_list = [d if d.result != "Fail" else Deliverable(d.name, "Blocked", d.detail) for d in out_list]
     return out_list
 
 
-def _follow_ups(
-    cell: Cell, out: _Outcome, evidences: Mapping[str, Evidence], checks: Sequence[Check]
-) -> list[str]:
+def _follow_ups(cell: Cell, out: _Outcome, evidences: Mapping[str, Evidence], checks: Sequence[Check]) -> list[str]:
     if out.result == "Blocked":
         fix = TRIAGE.get(out.failure_class, "fix the environment")
         return [f"{fix}; then rerun with `/verl-e2e level={cell.level}`"]
@@ -452,9 +432,7 @@ def judge(
         "learning_signal": lambda: learning_signal(evidences, baseline),
     }
     checks = [builders[name]() for name in cell.checks if name in builders]
-    out = _outcome(
-        phases, evidences, checks, import_check.detail if wrong else None, provenance.get("setup_failure")
-    )
+    out = _outcome(phases, evidences, checks, import_check.detail if wrong else None, provenance.get("setup_failure"))
     command = next((p.command for p in phases if p.command), None) or next(
         (ev.command for ev in evidences.values() if ev.command), None
     )
@@ -486,9 +464,7 @@ def _repo_line(info: Mapping[str, Any] | None) -> str:
     if not info:
         return "not recorded"
     dirty = info.get("dirty") or []
-    return f"{info.get('commit', '?')}" + (
-        f" plus dirty files: {', '.join(dirty[:10])}" if dirty else " (clean)"
-    )
+    return f"{info.get('commit', '?')}" + (f" plus dirty files: {', '.join(dirty[:10])}" if dirty else " (clean)")
 
 
 def render_text(v: Verdict) -> str:

@@ -79,9 +79,7 @@ def main():
         return 1
 
     root = Path(
-        cfg.get(
-            "trainer.default_local_dir", "checkpoints/verl-test/" + cfg.get("trainer.experiment_name", "run")
-        )
+        cfg.get("trainer.default_local_dir", "checkpoints/verl-test/" + cfg.get("trainer.experiment_name", "run"))
     )
     total = int(cfg.get("trainer.total_training_steps", "1"))
     save_freq = int(cfg.get("trainer.save_freq", "-1"))

