@@ -97,7 +97,9 @@ def test_github_matrix_shape(matrix: Matrix) -> None:
         "gpus",
         "runs_on",
         "timeout_minutes",
+        "job_timeout_minutes",
     }
+    assert data["include"][0]["job_timeout_minutes"] > data["include"][0]["timeout_minutes"]
 
 
 def test_matrix_limit_is_refused_clearly(matrix: Matrix) -> None:

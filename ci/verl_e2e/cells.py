@@ -63,6 +63,8 @@ class Cell:
             "gpus": self.gpus,
             "runs_on": self.runs_on,
             "timeout_minutes": self.timeout_minutes,
+            # the job outlives the cell's own deadline (every phase plus setup), so the tool times out first
+            "job_timeout_minutes": self.timeout_minutes * len(self.phases) + 30,
         }
 
 

@@ -31,14 +31,19 @@ class PublishOptions:
     dry_run: bool = False
 
 
-def collect(paths: Sequence[Path], say: Callable[[str], None] = print) -> list[Verdict]:
-    """Every verdict under the given run dirs (or directories of run dirs); unjudged runs are judged."""
+def collect(paths: Sequence[Path], say: Callable[[str], None] = print, allow_empty: bool = False) -> list[Verdict]:
+    """Every verdict under the given run dirs (or directories of run dirs); unjudged runs are judged.
+
+    `allow_empty`: a plan without cells leaves no run dirs, and the report still has to say so.
+    """
     verdicts: dict[str, Verdict] = {}
     for root in paths:
         if not root.exists():
+            if allow_empty:
+                continue
             raise UsageError(f"report: {root}: no such directory; pass run dirs or the directory holding them")
         dirs = sorted({p.parent for p in root.rglob("cell.json")})
-        if not dirs:
+        if not dirs and not allow_empty:
             raise UsageError(f"report: {root}: no run dirs (no cell.json below it)")
         for run in dirs:
             verdict_file = run / "verdict.json"
