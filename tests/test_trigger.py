@@ -189,3 +189,20 @@ def test_trigger_cli_refusal_reacts_and_replies(examples: dict, spec: Spec, cli,
         ok = cli("trigger", "--event-name", "issue_comment", "--event", str(event_file), env=env)
         assert ok.code == 0 and state.reactions[-1][1] == "eyes" and f"\n{HEAD}\n" in out.read_text()
         assert state.violations == []
+
+
+def test_fork_notice_checks_the_artifact_against_the_api(spec: Spec, cli, tmp_path: Path) -> None:
+    notice = tmp_path / "fork-notice.json"
+    with serve(spec) as (url, state):
+        setup_pr(state)
+        env = {"GITHUB_API_URL": url, "GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "Codertocat/Hello-World"}
+        notice.write_text(json.dumps({"pr": "1", "head_sha": HEAD}))
+        ok = cli("fork-notice", str(notice), "--head-sha", HEAD, env=env)
+        assert ok.code == 0 and f"sha={HEAD}" in state.comments[1][0]["body"]
+        notice.write_text(json.dumps({"pr": "1; rm -rf /", "head_sha": HEAD}))
+        bad = cli("fork-notice", str(notice), "--head-sha", HEAD, env=env)
+        assert bad.code == 2 and "nothing posted" in bad.err
+        notice.write_text(json.dumps({"pr": "1", "head_sha": "9" * 40}))
+        moved = cli("fork-notice", str(notice), "--head-sha", "9" * 40, env=env)
+        assert moved.code == 2 and "is now at" in moved.err
+        assert len(state.comments[1]) == 1 and state.violations == []

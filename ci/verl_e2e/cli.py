@@ -17,7 +17,7 @@ from typing import NoReturn, TextIO
 import docker.errors
 import yaml
 
-from verl_e2e import __version__, cli_run
+from verl_e2e import __version__, cli_github, cli_run
 from verl_e2e.cells import expand
 from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
 from verl_e2e.config import (
@@ -151,6 +151,7 @@ def _build_parser() -> argparse.ArgumentParser:
     judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
 
     cli_run.add_commands(sub)
+    cli_github.add_commands(sub)
     run = sub.add_parser(
         "run",
         help="plan a change and run every cell locally (plan -> image -> cells -> run dirs)",
@@ -329,13 +330,15 @@ def main(
         if args.command == "prefetch":
             return cli_run.cmd_prefetch(args, env, stdout)
         if args.command == "report":
-            return cli_run.cmd_report(args, env, stdout)
+            return cli_github.cmd_report(args, env, stdout)
         if args.command == "react":
-            return cli_run.cmd_react(args, env)
+            return cli_github.cmd_react(args, env)
         if args.command == "reply":
-            return cli_run.cmd_reply(args, env, stdout)
+            return cli_github.cmd_reply(args, env, stdout)
         if args.command == "trigger":
-            return cli_run.cmd_trigger(args, env, stdout)
+            return cli_github.cmd_trigger(args, env, stdout)
+        if args.command == "fork-notice":
+            return cli_github.cmd_fork_notice(args, env, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:

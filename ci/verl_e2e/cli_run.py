@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import secrets
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,11 +12,8 @@ from typing import Any, TextIO
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.github import GitHubClient
 from verl_e2e.image import DEFAULT_EXTRA_PIP, ImageInputs, ensure_image, verl_commit
 from verl_e2e.prefetch import plan_downloads, run_downloads
-from verl_e2e.publish import PublishOptions, collect, publish
-from verl_e2e.report import Context, refusal
 from verl_e2e.runcell import (
     DEFAULT_ULIMITS,
     RunOptions,
@@ -28,7 +23,6 @@ from verl_e2e.runcell import (
     parse_env_pairs,
     run_cell,
 )
-from verl_e2e.trigger import CommandError, RunRequest, from_comment, from_dispatch, from_pull_request
 from verl_e2e.verdict import Verdict
 from verl_e2e.verdict import render_text as render_verdict
 
@@ -59,48 +53,6 @@ def add_commands(sub: Any) -> None:
     image.add_argument("--no-pull", action="store_true", help="never try the registry before building")
     image.add_argument("--print-tag", action="store_true", help="print the tag and stop (no engine needed)")
     image.add_argument("--matrix", metavar="PATH")
-
-    rep = sub.add_parser(
-        "report",
-        help="publish run dirs: one sticky PR comment, the job summary, the aggregate check, merged JUnit",
-        description="Aggregate every cell's verdict under RUN_DIR... and publish them. Repository, commit "
-        "and run links default to the GitHub Actions environment (GITHUB_REPOSITORY, GITHUB_SHA, ...).",
-    )
-    rep.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    rep.add_argument("--plan", type=Path, help="plan.json, for the levels the rules skipped")
-    rep.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
-    rep.add_argument("--pr", type=int, help="pull request number (no comment without one)")
-    rep.add_argument("--sha", help="head commit (default: GITHUB_SHA)")
-    rep.add_argument("--merge-base", help="merge base shown in the headline")
-    rep.add_argument("--comment", action=argparse.BooleanOptionalAction, default=True, help="upsert the PR comment")
-    rep.add_argument("--check", action=argparse.BooleanOptionalAction, default=True, help="create the check run")
-    rep.add_argument("--blocked-fails", action="store_true", help="a Blocked result fails the check (default neutral)")
-    rep.add_argument("--summary", type=Path, help="append the markdown here (default: GITHUB_STEP_SUMMARY)")
-    rep.add_argument("--junit", type=Path, help="write the merged JUnit file here")
-    rep.add_argument("--run-url", help="link to the workflow run (default: from the Actions environment)")
-    rep.add_argument("--artifacts-url", help="link to the uploaded run dirs")
-    rep.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
-
-    react = sub.add_parser("react", help="react to a /verl-e2e comment (eyes on receipt, rocket on start)")
-    react.add_argument("comment_id", type=int)
-    react.add_argument("content", choices=("eyes", "rocket", "confused", "+1", "-1", "hooray", "heart", "laugh"))
-    react.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
-
-    reply = sub.add_parser("reply", help="refuse a /verl-e2e comment: a confused reaction and a reply with the usage")
-    reply.add_argument("--pr", type=int, required=True)
-    reply.add_argument("--comment-id", type=int, required=True)
-    reply.add_argument("--reason", required=True, help="what was wrong")
-    reply.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
-
-    trig = sub.add_parser(
-        "trigger",
-        help="decide from a GitHub event whether and what to run (permission and head-SHA checks included)",
-        description="Read the event payload (as data) and write run, plan, head_sha, base_sha, pr, levels, family, "
-        "model, verl_ref, fork, reason to $GITHUB_OUTPUT. A refused /verl-e2e comment gets a confused reaction "
-        "and a reply that says why; an accepted one gets eyes.",
-    )
-    trig.add_argument("--event-name", required=True, choices=("pull_request", "issue_comment", "workflow_dispatch"))
-    trig.add_argument("--event", type=Path, required=True, help="the event payload (GITHUB_EVENT_PATH)")
 
     prefetch = sub.add_parser(
         "prefetch",
@@ -240,109 +192,6 @@ def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextI
             raise UsageError(f"prefetch: --token-env {args.token_env}: the variable is not set")
     manifest = run_downloads(downloads, cache, token=token, say=_sayer(stdout))
     stdout.write(f"verl-e2e: prefetched {len(manifest['done'])} item(s) into {cache}\n")
-    return 0
-
-
-def _repo(args: argparse.Namespace, env: Mapping[str, str]) -> str:
-    repo = args.repo or env.get("GITHUB_REPOSITORY", "")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
-        raise UsageError(f"--repo {repo or '(unset)'}: expected owner/name (or set GITHUB_REPOSITORY)")
-    return repo
-
-
-def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
-    say = _sayer(stdout)
-    verdicts = collect(args.run_dirs, say, allow_empty=args.plan is not None)
-    plan = json.loads(args.plan.read_text()) if args.plan else {}
-    server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
-    publishing = (args.comment and args.pr is not None) or args.check
-    repo = _repo(args, env) if publishing or args.repo else ""
-    run_url = args.run_url or (f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else "")
-    ctx = Context(
-        repo=repo,
-        pr=args.pr,
-        sha=args.sha or env.get("GITHUB_SHA", ""),
-        merge_base=args.merge_base or plan.get("context", {}).get("merge_base", ""),
-        run_url=run_url,
-        artifacts_url=args.artifacts_url or (f"{run_url}#artifacts" if run_url else ""),
-        skipped=plan.get("skipped", {}),
-        reasons=plan.get("reasons", {}),
-    )
-    summary = args.summary or (Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None)
-    opts = PublishOptions(
-        comment=args.comment,
-        check=args.check,
-        blocked_fails=args.blocked_fails,
-        summary=summary,
-        junit=args.junit,
-        dry_run=args.dry_run,
-    )
-    client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
-    done = publish(verdicts, ctx, opts, client, say)
-    stdout.write(f"verl-e2e: {done['result']} ({len(verdicts)} cells)\n")
-    return 0 if done["result"] in ("Pass", "Skipped") else 1
-
-
-def cmd_react(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    GitHubClient.from_env(env).react(_repo(args, env), args.comment_id, args.content)
-    return 0
-
-
-def cmd_reply(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
-    client, repo = GitHubClient.from_env(env), _repo(args, env)
-    client.react(repo, args.comment_id, "confused")
-    created = client.create_comment(repo, args.pr, refusal(args.reason))
-    stdout.write(f"verl-e2e: replied on {repo}#{args.pr} (comment {created.get('id')})\n")
-    return 0
-
-
-def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
-    try:
-        event = json.loads(args.event.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"trigger: --event {args.event}: unreadable event payload ({exc}); pass GITHUB_EVENT_PATH"
-        ) from None
-    request: RunRequest | None
-    if args.event_name == "pull_request":
-        request = from_pull_request(event)
-    else:
-        client = GitHubClient.from_env(env)
-        try:
-            request = (
-                from_comment(event, client) if args.event_name == "issue_comment" else from_dispatch(event, client)
-            )
-        except CommandError as exc:
-            if args.event_name != "issue_comment":
-                raise
-            repo, number, comment_id = (
-                event["repository"]["full_name"],
-                event["issue"]["number"],
-                event["comment"]["id"],
-            )
-            client.react(repo, int(comment_id), "confused")
-            client.create_comment(repo, int(number), refusal(str(exc)))
-            request = RunRequest(
-                run=False,
-                plan=False,
-                reason=f"refused: {exc}",
-                repo=repo,
-                pr=int(number),
-                comment_id=int(comment_id),
-                source="issue_comment",
-            )
-        else:
-            if request is not None and request.comment_id is not None:
-                client.react(request.repo, request.comment_id, "eyes")
-    if request is None:
-        request = RunRequest(run=False, plan=False, reason="not a /verl-e2e command on a pull request")
-    outputs = request.outputs()
-    if env.get("GITHUB_OUTPUT"):
-        with Path(env["GITHUB_OUTPUT"]).open("a", encoding="utf-8") as fh:
-            for key, value in outputs.items():
-                delimiter = f"ghadelim_{secrets.token_hex(8)}"
-                fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
-    stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
     return 0
 
 

@@ -213,3 +213,13 @@ def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: b
 def refusal(reason: str) -> str:
     """The reply to a `/verl-e2e` comment that could not be run."""
     return f"{MARKER.replace('pr-comment', 'reply')}\n⚠️ verl-e2e did not run: {reason}\n\nUsage: {USAGE}\n"
+
+
+def fork_notice(sha: str) -> str:
+    """The sticky comment on a fork's PR: nothing ran, and how a maintainer starts it."""
+    return (
+        f"{MARKER}\n## ⏸️ verl-e2e: waiting for a maintainer\n\n"
+        f"This pull request comes from a fork, so its code does not run on the GPU runners by itself. "
+        f"A maintainer with write access can start the run for commit {sha[:12]} with\n\n"
+        f"`/verl-e2e sha={sha}`\n\n(add `level=...` to choose levels). Usage: {USAGE}\n"
+    )
