@@ -6,12 +6,14 @@
 
 Writes .github/workflows/verl-e2e-{pr,comment,dispatch,publish}.yml into the Bridge checkout from
 .github/callers/, with `uses:` pointing at this repository's reusable workflow at that SHA (a tag
-could be moved; a SHA cannot). Re-running with another SHA updates the files in place.
+could be moved; a SHA cannot), and this site's settings (image, registry, runner labels of the image
+job, cache root, extra run-cell flags) written in. Re-running updates the files in place.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -19,11 +21,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def render(text: str, repository: str, sha: str) -> str:
-    return text.replace("__VERL_E2E_REPOSITORY__", repository).replace("__VERL_E2E_SHA__", sha)
+SITE_DEFAULTS = {
+    "image": "",
+    "image_repository": "",
+    "image_runner": '["self-hosted", "linux", "x64", "docker"]',
+    "cache_root": "/var/cache/verl-e2e",
+    "run_cell_args": "",
+}
 
 
-def install(bridge: Path, repository: str, sha: str) -> list[Path]:
+def render(text: str, repository: str, sha: str, site: dict[str, str] | None = None) -> str:
+    """Fill the placeholders; site values become quoted YAML scalars (JSON strings are valid YAML)."""
+    text = text.replace("__VERL_E2E_REPOSITORY__", repository).replace("__VERL_E2E_SHA__", sha)
+    for key, value in (SITE_DEFAULTS | (site or {})).items():
+        text = text.replace(f"__VERL_E2E_{key.upper()}__", json.dumps(value))
+    return text
+
+
+def install(bridge: Path, repository: str, sha: str, site: dict[str, str] | None = None) -> list[Path]:
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise SystemExit(f"--sha {sha}: expected a full 40-character commit SHA (tags and branches can move)")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
@@ -35,7 +50,7 @@ def install(bridge: Path, repository: str, sha: str) -> list[Path]:
     written = []
     for template in sorted((ROOT / ".github" / "callers").glob("*.yml")):
         out = target / template.name
-        out.write_text(render(template.read_text(), repository, sha))
+        out.write_text(render(template.read_text(), repository, sha, site))
         written.append(out)
     return written
 
@@ -45,8 +60,20 @@ def main() -> int:
     ap.add_argument("--bridge", type=Path, required=True)
     ap.add_argument("--sha", required=True, help="the verl-e2e commit the callers pin")
     ap.add_argument("--repository", default="verl-e2e/verl-e2e")
+    ap.add_argument("--image", default="", help="a fixed image tag instead of building or reusing one")
+    ap.add_argument("--image-repository", default="", help="registry repository, e.g. ghcr.io/org/verl-e2e")
+    ap.add_argument("--image-runner", default=SITE_DEFAULTS["image_runner"], help="JSON labels of the image job")
+    ap.add_argument("--cache-root", default=SITE_DEFAULTS["cache_root"], help="the runners' model/data cache")
+    ap.add_argument("--run-cell-args", default="", help="extra run-cell flags for this site")
     args = ap.parse_args()
-    for path in install(args.bridge, args.repository, args.sha):
+    site = {
+        "image": args.image,
+        "image_repository": args.image_repository,
+        "image_runner": args.image_runner,
+        "cache_root": args.cache_root,
+        "run_cell_args": args.run_cell_args,
+    }
+    for path in install(args.bridge, args.repository, args.sha, site):
         print(f"wrote {path}")
     return 0
 
