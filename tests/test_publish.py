@@ -262,3 +262,30 @@ def test_the_stand_in_refuses_what_github_would(spec: Spec) -> None:
             client.request("PUT", f"/repos/{REPO}/issues/5/comments", json={"body": "x"})
         assert len(state.violations) == 4
         assert "is not one of" in state.violations[0] and "'head_sha' is a required property" in state.violations[2]
+
+
+def test_a_failed_job_never_reports_green() -> None:
+    ctx = Context(repo=REPO, sha="a" * 40, job_failures=["plan: failure"])
+    payload = check_run([], ctx)
+    assert payload["conclusion"] == "failure"
+    assert "plan: failure" in payload["output"]["summary"] and "no verl run needed" not in payload["output"]["summary"]
+
+
+def test_report_survives_a_missing_plan(cli, tmp_path: Path) -> None:
+    result = cli(
+        "report",
+        str(tmp_path / "artifacts"),
+        "--plan",
+        str(tmp_path / "missing.json"),
+        "--repo",
+        REPO,
+        "--sha",
+        "a" * 40,
+        "--job-result",
+        "plan=failure",
+        "--job-result",
+        "cell=skipped",
+        "--dry-run",
+    )
+    assert result.code == 1 and "reporting without it" in result.out and "Traceback" not in result.err
+    assert "would POST" in result.out and "failure" in result.out

@@ -49,6 +49,13 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("--run-url", help="link to the workflow run (default: from the Actions environment)")
     rep.add_argument("--artifacts-url", help="link to the uploaded run dirs")
     rep.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    rep.add_argument(
+        "--job-result",
+        action="append",
+        default=[],
+        metavar="JOB=RESULT",
+        help="a workflow job's result (needs.<job>.result); failure or cancelled fails the report",
+    )
 
     react = sub.add_parser("react", help="react to a /verl-e2e comment (eyes on receipt, rocket on start)")
     react.add_argument("comment_id", type=int)
@@ -90,7 +97,17 @@ def _repo(args: argparse.Namespace, env: Mapping[str, str]) -> str:
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
     say = _sayer(stdout)
     verdicts = collect(args.run_dirs, say, allow_empty=args.plan is not None)
-    plan = json.loads(args.plan.read_text()) if args.plan else {}
+    plan: dict[str, Any] = {}
+    if args.plan is not None:
+        try:
+            plan = json.loads(args.plan.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            say(f"no readable plan at {args.plan} ({exc.__class__.__name__}); reporting without it")
+    job_failures = []
+    for item in args.job_result:
+        name, _, result = item.partition("=")
+        if result in ("failure", "cancelled"):
+            job_failures.append(f"{name}: {result}")
     server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
     publishing = (args.comment and args.pr is not None) or args.check
     repo = _repo(args, env) if publishing or args.repo else ""
@@ -104,6 +121,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         artifacts_url=args.artifacts_url or (f"{run_url}#artifacts" if run_url else ""),
         skipped=plan.get("skipped", {}),
         reasons=plan.get("reasons", {}),
+        job_failures=job_failures,
     )
     summary = args.summary or (Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None)
     opts = PublishOptions(

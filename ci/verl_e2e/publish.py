@@ -74,7 +74,7 @@ def publish(
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     body = report.render(verdicts, ctx)
-    done: dict[str, Any] = {"result": report.overall(verdicts)}
+    done: dict[str, Any] = {"result": report.overall(verdicts, ctx)}
     if opts.summary is not None:
         with opts.summary.open("a", encoding="utf-8") as fh:
             fh.write(report.render(verdicts, ctx, marker=False))

@@ -38,10 +38,13 @@ class Context:
     artifacts_url: str = ""
     skipped: Mapping[str, str] = field(default_factory=dict)  # level -> why (from the plan)
     reasons: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)  # plan reasons
+    job_failures: Sequence[str] = ()  # workflow jobs that failed or were cancelled (e.g. "plan: failure")
 
 
-def overall(verdicts: Sequence[Verdict]) -> str:
+def overall(verdicts: Sequence[Verdict], ctx: Context | None = None) -> str:
     results = {v.result for v in verdicts}
+    if ctx is not None and ctx.job_failures:
+        results.add("Fail")  # a job that died before judging anything must not look like a pass
     for result in ("Fail", "Blocked", "Pass"):
         if result in results:
             return result
@@ -69,19 +72,22 @@ def key_line(v: Verdict) -> str:
 
 
 def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
-    result = overall(verdicts)
+    result = overall(verdicts, ctx)
     counts = Counter(v.result for v in verdicts)
     parts = ", ".join(f"{counts[r]} {r.lower()}" for r in ("Pass", "Fail", "Blocked", "Skipped") if counts[r])
     title = f"## {ICON[result]} verl-e2e: {result}"
-    title += (
-        f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})" if verdicts else " (no verl run needed)"
-    )
+    if verdicts:
+        title += f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})"
+    elif not ctx.job_failures:
+        title += " (no verl run needed)"
     where = []
     if ctx.sha:
         where.append(f"As of commit {ctx.sha[:12]}" + (f", merge base {ctx.merge_base[:12]}" if ctx.merge_base else ""))
     links = [f"[workflow run]({ctx.run_url})"] if ctx.run_url else []
     if ctx.artifacts_url:
         links.append(f"[run dirs]({ctx.artifacts_url})")
+    if ctx.job_failures:
+        where.append("Workflow jobs that did not finish: " + ", ".join(ctx.job_failures))
     line = ". ".join(where) + ("." if where else "")
     if links:
         line += (" " if line else "") + " · ".join(links)
@@ -157,7 +163,7 @@ def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, marker
 
 def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
     """The payload of the one aggregate check run: conclusion, summary, up to 50 annotations."""
-    result = overall(verdicts)
+    result = overall(verdicts, ctx)
     conclusion = {
         "Pass": "success",
         "Fail": "failure",
@@ -196,7 +202,7 @@ def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool 
 
 def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
     """The fallback where check runs are not allowed: one commit status."""
-    result = overall(verdicts)
+    result = overall(verdicts, ctx)
     state = {
         "Pass": "success",
         "Skipped": "success",
