@@ -281,3 +281,16 @@ def test_refused_comments_run_nothing(world: dict, body: str, login: str, moved:
         assert reason in state.comments[7][0]["body"] and "Usage:" in state.comments[7][0]["body"]
         assert not Path("/tmp/verl-e2e-act-pwned").exists()  # the comment text was never executed
         assert state.violations == []
+
+
+def test_dispatch_with_a_pr_number(world: dict) -> None:
+    event = copy.deepcopy(world["examples"]["workflow_dispatch"][0])
+    _repository(event)
+    event["inputs"] = {"pr": "7", "levels": "0", "family": "", "model": "", "verl_ref": "", "ref": ""}
+    with serve(Spec()) as (api, state):
+        prepare(state, world)
+        proc = run_act(world, "workflow_dispatch", "verl-e2e-dispatch.yml", event, api)
+        done = jobs(proc)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        assert done.get("L0-lora-ddp-qwen") == "succeeded" and done.get("report") == "succeeded", done
+        assert state.check_runs[0]["head_sha"] == world["head"] and state.violations == []

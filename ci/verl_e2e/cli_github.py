@@ -8,24 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_e2e.cli_run import sayer as _sayer
 from verl_e2e.errors import UsageError
 from verl_e2e.github import GitHubClient
+from verl_e2e.plan import append_outputs
 from verl_e2e.publish import PublishOptions, collect, publish, upsert_comment
 from verl_e2e.report import Context, fork_notice, refusal
 from verl_e2e.trigger import CommandError, RunRequest, from_comment, from_dispatch, from_pull_request
-
-
-def _sayer(stdout: TextIO) -> Callable[[str], None]:
-    def say(message: str) -> None:
-        stdout.write(f"verl-e2e: {message}\n")
-        stdout.flush()
-
-    return say
 
 
 def add_commands(sub: Any) -> None:
@@ -193,10 +186,7 @@ def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO
         request = RunRequest(run=False, plan=False, reason="not a /verl-e2e command on a pull request")
     outputs = request.outputs()
     if env.get("GITHUB_OUTPUT"):
-        with Path(env["GITHUB_OUTPUT"]).open("a", encoding="utf-8") as fh:
-            for key, value in outputs.items():
-                delimiter = f"ghadelim_{secrets.token_hex(8)}"
-                fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+        append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
     stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
     return 0
 

@@ -27,7 +27,7 @@ from verl_e2e.verdict import Verdict
 from verl_e2e.verdict import render_text as render_verdict
 
 
-def _sayer(stdout: TextIO) -> Callable[[str], None]:
+def sayer(stdout: TextIO) -> Callable[[str], None]:
     def say(message: str) -> None:
         stdout.write(f"verl-e2e: {message}\n")
         stdout.flush()
@@ -190,7 +190,7 @@ def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextI
         token = env.get(args.token_env)
         if not token:
             raise UsageError(f"prefetch: --token-env {args.token_env}: the variable is not set")
-    manifest = run_downloads(downloads, cache, token=token, say=_sayer(stdout))
+    manifest = run_downloads(downloads, cache, token=token, say=sayer(stdout))
     stdout.write(f"verl-e2e: prefetched {len(manifest['done'])} item(s) into {cache}\n")
     return 0
 
@@ -210,7 +210,7 @@ def cmd_image(args: argparse.Namespace, stdout: TextIO) -> int:
         inputs,
         push=args.push,
         pull=not args.no_pull,
-        say=_sayer(stdout),
+        say=sayer(stdout),
     )
     stdout.write(f"{result.tag} ({result.how}{', pushed' if result.pushed else ''})\n")
     return 0
@@ -226,7 +226,7 @@ def cmd_run_cell(args: argparse.Namespace, stdout: TextIO) -> int:
     cell = _cells_from(args.cell, args.cell_id)
     image = args.image
     if args.backend == "docker" and image is None:
-        image = ensure_image(docker_client(), _image_inputs(args, matrix), say=_sayer(stdout)).tag
+        image = ensure_image(docker_client(), _image_inputs(args, matrix), say=sayer(stdout)).tag
     args.out.mkdir(parents=True, exist_ok=True)
     cell_file = args.out / "cell.json"
     if args.cell.resolve() != cell_file.resolve():
@@ -267,7 +267,7 @@ def run_cells(cells: list[Cell], args: argparse.Namespace, matrix: Matrix, stdou
         stdout.write("".join(f"  {line}\n" for line in would_run(cells, args, matrix, image)))
         raise UsageError(f"run: {problem}")
     if args.backend == "docker" and args.image is None:
-        image = ensure_image(docker_client(), _image_inputs(args, matrix), say=_sayer(stdout)).tag
+        image = ensure_image(docker_client(), _image_inputs(args, matrix), say=sayer(stdout)).tag
     verdicts = []
     for index, cell in enumerate(cells, start=1):
         stdout.write(f"verl-e2e: cell {index}/{len(cells)}: {cell.id}\n")

@@ -121,6 +121,14 @@ def render_markdown(plan: Plan, matrix: Matrix) -> str:
     return "\n".join(lines) + "\n"
 
 
+def append_outputs(path: Path, outputs: Mapping[str, str]) -> None:
+    """Append step outputs in the heredoc form with a random delimiter, so no value can end the block early."""
+    with path.open("a", encoding="utf-8") as fh:
+        for key, value in outputs.items():
+            delimiter = f"ghadelim_{secrets.token_hex(8)}"
+            fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+
+
 def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str]) -> dict[str, str]:
     """Append `levels`, `matrix`, `has_cells` to $GITHUB_OUTPUT and the markdown to $GITHUB_STEP_SUMMARY.
 
@@ -133,10 +141,7 @@ def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str]) -> dict[str
         "has_cells": "true" if plan.cells else "false",
     }
     if env.get("GITHUB_OUTPUT"):
-        with Path(env["GITHUB_OUTPUT"]).open("a", encoding="utf-8") as fh:
-            for key, value in outputs.items():
-                delimiter = f"ghadelim_{secrets.token_hex(8)}"
-                fh.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
+        append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
     if env.get("GITHUB_STEP_SUMMARY"):
         with Path(env["GITHUB_STEP_SUMMARY"]).open("a", encoding="utf-8") as fh:
             fh.write(render_markdown(plan, matrix))
