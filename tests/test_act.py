@@ -139,11 +139,18 @@ def _repository(event: dict) -> None:
     event["repository"]["owner"]["login"] = "NVIDIA-NeMo"
 
 
-def run_act(world: dict, event_name: str, workflow: str, event: dict, api: str) -> subprocess.CompletedProcess[str]:
+def run_act(
+    world: dict, event_name: str, workflow: str, event: dict, api: str, artifacts_from: dict[str, dict] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run one workflow; `artifacts_from` seeds artifacts an earlier run would have left (name -> files)."""
     path = world["root"] / f"{event_name}.json"
     path.write_text(json.dumps(event))
     artifacts = world["root"] / "artifacts"
     shutil.rmtree(artifacts, ignore_errors=True)
+    for name, files in (artifacts_from or {}).items():
+        for file_name, data in files.items():
+            (artifacts / name).mkdir(parents=True, exist_ok=True)
+            (artifacts / name / file_name).write_text(json.dumps(data))
     cmd = [
         str(ACT),
         event_name,
@@ -294,3 +301,21 @@ def test_dispatch_with_a_pr_number(world: dict) -> None:
         assert proc.returncode == 0, proc.stdout[-6000:]
         assert done.get("L0-lora-ddp-qwen") == "succeeded" and done.get("report") == "succeeded", done
         assert state.check_runs[0]["head_sha"] == world["head"] and state.violations == []
+
+
+def test_workflow_run_publishes_the_fork_notice(world: dict) -> None:
+    """The privileged publisher reads the fork run's artifact as data and checks it against the API."""
+    event = copy.deepcopy(next(e for e in world["examples"]["workflow_run"] if e["action"] == "completed"))
+    _repository(event)
+    run = event["workflow_run"]
+    run.update(event="pull_request", head_sha=world["head"], name="verl-e2e PR")
+    run["head_repository"]["full_name"] = "someone/Megatron-Bridge"
+    notice = {"verl-e2e-fork-notice": {"fork-notice.json": {"pr": "7", "head_sha": world["head"]}}}
+    with serve(Spec()) as (api, state):
+        prepare(state, world)
+        proc = run_act(world, "workflow_run", "verl-e2e-publish.yml", event, api, artifacts_from=notice)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert jobs(proc) == {"fork notice": "succeeded"}
+        body = state.comments[7][0]["body"]
+        assert "waiting for a maintainer" in body and f"/verl-e2e sha={world['head']}" in body
+        assert state.violations == []
