@@ -104,11 +104,9 @@ def plan_file(tmp_path: Path, matrix: Matrix) -> Path:
     return path
 
 
-def run_cell(
-    tmp_path: Path, plan: Path, cell_id: str, image: str, bridge: Path, *extra: str, timeout: float = 300
-) -> tuple[subprocess.CompletedProcess[str], Path]:
-    out = tmp_path / "runs" / cell_id
-    cmd = [
+def cell_cmd(tmp_path: Path, plan: Path, cell_id: str, bridge: Path, out: Path, image: str, *extra: str) -> list[str]:
+    """`verl-e2e run-cell` as these tests run it: no GPUs, no torch in the image, the host's memlock."""
+    return [
         sys.executable,
         "-m",
         "verl_e2e",
@@ -132,6 +130,13 @@ def run_cell(
         str(tmp_path / "cache"),
         *extra,
     ]
+
+
+def run_cell(
+    tmp_path: Path, plan: Path, cell_id: str, image: str, bridge: Path, *extra: str, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path / "runs" / cell_id
+    cmd = cell_cmd(tmp_path, plan, cell_id, bridge, out, image, *extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     return proc, out
 
@@ -140,8 +145,10 @@ def verdict(out: Path) -> dict:
     return json.loads((out / "verdict.json").read_text())
 
 
-def leftover_containers(engine: docker.DockerClient) -> list[str]:
-    return [c.name for c in engine.containers.list(all=True, filters={"label": "io.verl-e2e.cell"})]
+def leftover_containers(engine: docker.DockerClient, out: Path) -> list[str]:
+    """Containers of the run dir `out` (other suites may share the engine)."""
+    label = f"io.verl-e2e.run-dir={out.resolve()}"
+    return [c.name for c in engine.containers.list(all=True, filters={"label": label})]
 
 
 def test_image_tag_is_reused_not_rebuilt(
@@ -193,7 +200,7 @@ def test_level0_passes_with_a_complete_run_dir(
     assert "verl-e2e: bridge import (pid" in log  # the probe saw the trainer look Bridge up
     assert "[L0-lora-ddp-qwen] [run] " in proc.stdout  # live output with the cell prefix
     assert "HF_TOKEN" not in json.loads((out / "host.json").read_text())["environment"]
-    assert leftover_containers(engine) == []
+    assert leftover_containers(engine, out) == []
 
 
 def test_level1_saves_and_resumes_through_the_wrapper(
@@ -236,7 +243,7 @@ def test_trainer_faults(
     v = verdict(out)
     assert (v["result"], v["failure_class"]) == (result, klass), v["headline"]
     assert (out / "evidence.json").is_file() and (out / "junit.xml").is_file()
-    assert leftover_containers(engine) == []
+    assert leftover_containers(engine, out) == []
     if mode == "wrong-bridge":
         assert "site-packages/megatron/bridge" in v["headline"]
     if mode == "nan":
@@ -264,7 +271,7 @@ def test_phase_timeout_keeps_the_log_tail(
     assert any("waiting for the rollout workers" in line for line in phase["log_tail"])
     v = verdict(out)
     assert (v["result"], v["failure_class"]) == ("Fail", "hang")
-    assert leftover_containers(engine) == []
+    assert leftover_containers(engine, out) == []
 
 
 def test_missing_data_that_cannot_be_made_is_blocked(tmp_path: Path, plan_file: Path, image: str, bridge: Path) -> None:
@@ -288,41 +295,18 @@ def test_sigterm_stops_the_container_and_leaves_a_verdict(
     tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
 ) -> None:
     out = tmp_path / "runs" / "cancelled"
-    cmd = [
-        sys.executable,
-        "-m",
-        "verl_e2e",
-        "run-cell",
-        str(plan_file),
-        "--cell-id",
-        "L0-lora-ddp-qwen",
-        "--bridge",
-        str(bridge),
-        "--out",
-        str(out),
-        "--image",
-        image,
-        "--gpus",
-        "none",
-        "--import-check",
-        "location",
-        "--ulimit",
-        "memlock=default",
-        "--cache",
-        str(tmp_path / "cache"),
-        "--no-bridge-tests",
-        "--env",
-        "FAKE_VERL_MODE=hang",
-    ]
+    cmd = cell_cmd(
+        tmp_path, plan_file, "L0-lora-ddp-qwen", bridge, out, image, "--no-bridge-tests", "--env", "FAKE_VERL_MODE=hang"
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and "waiting for the rollout workers" not in _read(out / "run.log"):
         time.sleep(0.5)
-    assert leftover_containers(engine), "the cell never started"
+    assert leftover_containers(engine, out), "the cell never started"
     proc.send_signal(signal.SIGTERM)
     _stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert leftover_containers(engine) == []
+    assert leftover_containers(engine, out) == []
     phase = json.loads((out / "phases.json").read_text())[0]
     assert phase["status"] == "cancelled"
     assert verdict(out)["result"] in ("Blocked", "Fail")
@@ -454,33 +438,10 @@ def test_disk_full_run_dir(
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20k", "tmpfs", str(small)], check=True)
     try:
-        cmd = [
-            sys.executable,
-            "-m",
-            "verl_e2e",
-            "run-cell",
-            str(plan_file),
-            "--cell-id",
-            "L0-lora-ddp-qwen",
-            "--bridge",
-            str(bridge),
-            "--out",
-            str(small / "run"),
-            "--image",
-            image,
-            "--gpus",
-            "none",
-            "--import-check",
-            "location",
-            "--ulimit",
-            "memlock=default",
-            "--cache",
-            str(tmp_path / "cache"),
-            "--no-bridge-tests",
-        ]
+        cmd = cell_cmd(tmp_path, plan_file, "L0-lora-ddp-qwen", bridge, small / "run", image, "--no-bridge-tests")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)
         assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
         assert "ran out of space (No space left on device)" in proc.stderr and "Traceback" not in proc.stderr
-        assert leftover_containers(engine) == []
+        assert leftover_containers(engine, (small / "run")) == []
     finally:
         subprocess.run(["umount", str(small)], check=False)
