@@ -188,9 +188,7 @@ def _patch_phases(out: Path, status: str, reason: str) -> None:
     except (OSError, ValueError):
         return
     for phase in phases:
-        if phase.get("status") in ("running", "cancelled") or (
-            status == "timeout" and phase.get("status") == "running"
-        ):
+        if phase.get("status") in ("running", "cancelled"):
             log = out / phase.get("log", f"{phase['name']}.log")
             tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
             phase.update(status=status, log_tail=[*tail, f"verl-e2e: {reason}"])
