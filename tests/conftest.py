@@ -27,6 +27,14 @@ def _shared() -> Path:
 SHARED = _shared()
 
 
+def engine_missing(reason: str) -> None:
+    """No Docker engine: skip with the reason, except where the engine is promised (CI sets
+    VERL_E2E_REQUIRE_ENGINE=1 after starting dockerd), where it is a failure, never a silent skip."""
+    if os.environ.get("VERL_E2E_REQUIRE_ENGINE") == "1":
+        pytest.fail(f"VERL_E2E_REQUIRE_ENGINE=1 but {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
     return load_matrix(ROOT / "matrix.yaml")

@@ -23,7 +23,7 @@ import pytest
 
 from verl_e2e.image import ImageInputs, ensure_image, verl_commit
 
-from .conftest import ROOT
+from .conftest import ROOT, engine_missing
 from .github_server import Spec, serve
 from .test_containers import BASE, WHEELS
 
@@ -55,7 +55,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
         client.ping()
         client.images.get(BASE)
     except docker.errors.DockerException as exc:
-        pytest.skip(f"the act tests run cells on a Docker engine with {BASE} (.ci/run prepares both): {exc}")
+        engine_missing(f"the act tests run cells on a Docker engine with {BASE} (.ci/run prepares both): {exc}")
     root = tmp_path_factory.mktemp("act")
     here = git(ROOT, "rev-parse", "HEAD")
     assert not git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "ci", "containers", ".github"), (

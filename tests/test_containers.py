@@ -24,7 +24,7 @@ import pytest
 from verl_e2e.config import Matrix
 from verl_e2e.image import ImageInputs, ensure_image, verl_commit
 
-from .conftest import ROOT
+from .conftest import ROOT, engine_missing
 from .rundirs import cell_for
 
 BASE = "verl-e2e-test-base:bookworm"
@@ -46,7 +46,7 @@ def engine() -> docker.DockerClient:
         client = docker.from_env(timeout=120)
         client.ping()
     except docker.errors.DockerException as exc:
-        pytest.skip(f"container tests need a Docker engine (.ci/run starts one): {exc}")
+        engine_missing(f"container tests need a Docker engine (.ci/run starts one): {exc}")
     return client
 
 
