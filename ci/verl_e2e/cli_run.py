@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_e2e.adapt import adapt_cell
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
 from verl_e2e.errors import UsageError
@@ -89,9 +90,35 @@ def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phase-timeout", type=float, metavar="SECONDS", help="per-phase limit (default: the cell's)")
     p.add_argument(
         "--import-check",
-        choices=("full", "location"),
-        default="full",
-        help="full imports megatron.bridge; location only resolves its path (images without torch)",
+        choices=("fast", "full", "location"),
+        default="fast",
+        help="fast (default): the driver resolves megatron.bridge and verl's own Ray workers report theirs; "
+        "full: also import it in the driver and a separate Ray task (~50 s more); location: resolve only",
+    )
+    p.add_argument(
+        "--num-gpus",
+        type=int,
+        metavar="N",
+        help="run the cell on N GPUs instead of the plan's count (NUM_GPUS; stated as a limitation)",
+    )
+    p.add_argument(
+        "--hydra",
+        action="append",
+        default=[],
+        metavar="OVERRIDE",
+        help="extra Hydra override for every phase, e.g. data.dataloader_num_workers=0 (repeatable)",
+    )
+    p.add_argument(
+        "--megatron-lm",
+        default="submodule",
+        metavar="WHICH",
+        help="Megatron-Core for the run: submodule (Bridge's 3rdparty/Megatron-LM, default), installed "
+        "(the environment's megatron-core), or the path of a Megatron-LM tree",
+    )
+    p.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the environment preflight (and the overrides it adds for missing APEX, flash-attn, nvtx)",
     )
     p.add_argument("--no-bridge-tests", action="store_true", help="skip the focused Bridge tests")
     p.add_argument("--cache", type=Path, help="runner cache root (default: defaults.host_cache in matrix.yaml)")
@@ -140,6 +167,8 @@ def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path
         env=parse_env_pairs(args.env),
         phase_timeout=args.phase_timeout,
         import_check=args.import_check,
+        megatron_lm=args.megatron_lm,
+        preflight="off" if args.no_preflight else "auto",
         bridge_tests="skip" if args.no_bridge_tests else "auto",
         cache=cache,
         container_paths=dict(matrix.defaults.container_paths),
@@ -223,14 +252,13 @@ def _finish(verdict: Verdict, stdout: TextIO) -> int:
 
 def cmd_run_cell(args: argparse.Namespace, stdout: TextIO) -> int:
     matrix = load_matrix(args.matrix)
-    cell = _cells_from(args.cell, args.cell_id)
+    cell = adapt_cell(_cells_from(args.cell, args.cell_id), num_gpus=args.num_gpus, hydra=args.hydra)
     image = args.image
     if args.backend == "docker" and image is None:
         image = ensure_image(docker_client(), _image_inputs(args, matrix), say=sayer(stdout)).tag
     args.out.mkdir(parents=True, exist_ok=True)
     cell_file = args.out / "cell.json"
-    if args.cell.resolve() != cell_file.resolve():
-        cell_file.write_text(json.dumps(cell.to_json(), indent=2))
+    cell_file.write_text(json.dumps(cell.to_json(), indent=2))
     return _finish(run_cell(options(args, matrix, cell_file, args.out, image), stdout), stdout)
 
 
@@ -268,6 +296,7 @@ def run_cells(cells: list[Cell], args: argparse.Namespace, matrix: Matrix, stdou
         raise UsageError(f"run: {problem}")
     if args.backend == "docker" and args.image is None:
         image = ensure_image(docker_client(), _image_inputs(args, matrix), say=sayer(stdout)).tag
+    cells = [adapt_cell(c, num_gpus=args.num_gpus, hydra=args.hydra) for c in cells]
     verdicts = []
     for index, cell in enumerate(cells, start=1):
         stdout.write(f"verl-e2e: cell {index}/{len(cells)}: {cell.id}\n")

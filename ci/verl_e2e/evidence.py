@@ -81,7 +81,7 @@ _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|ray::\w+\.(\w+)\(\)')
 _TRACE = re.compile(r"^\++ (?:export |declare -x )?([A-Z_][A-Z0-9_]*)=(.*)$")
 _TRACE_CMD = re.compile(r"^\++ (.*verl\.trainer\.main_ppo.*)$")
 _BRIDGE = re.compile(r"(\S*/megatron/bridge/__init__\.py)")
-_DRIVER_RECORD = re.compile(r"verl-e2e: bridge import \((driver|ray-worker|pid \d+)\): (.+?)\s*$")
+_DRIVER_RECORD = re.compile(r"verl-e2e: bridge import \((driver|ray-worker(?: pid \d+)?|pid \d+)\): (.+?)\s*$")
 _NUMBER = re.compile(r"^(?:np\.float\d*\(|tensor\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\)?$", re.I)
 _RESIDUAL = re.compile(
     r"resource_tracker|DataLoader worker \(pid|Exception ignored in|atexit|during shutdown|"
@@ -464,7 +464,10 @@ class LogParser:
         rec = _DRIVER_RECORD.search(line)
         if rec:
             where, path = rec.group(1), rec.group(2)
-            if where.startswith("pid "):  # the import probe inside verl's own processes
+            if where.startswith("ray-worker pid "):  # the probe in one of verl's Ray workers
+                self.ev.bridge_imports.setdefault("ray-worker", path)
+                where = "pid"
+            if where.startswith("pid"):  # the import probe inside verl's own processes
                 seen = self.ev.bridge_imports.setdefault("processes", [])
                 if path not in seen and len(seen) < MAX_ITEMS:
                     seen.append(path)

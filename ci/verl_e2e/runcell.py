@@ -86,7 +86,9 @@ class RunOptions:
     gpus: str | None = None  # None: the cell's count; "none"; "all"; "0,1"
     env: Mapping[str, str] = field(default_factory=dict)
     phase_timeout: float | None = None
-    import_check: str = "full"
+    import_check: str = "fast"
+    megatron_lm: str = "submodule"  # submodule | installed | a Megatron-LM path (host path, local backend)
+    preflight: str = "auto"
     bridge_tests: str = "auto"
     cache: Mapping[str, Path] = field(default_factory=dict)  # models / datasets / hf_home on the host
     container_paths: Mapping[str, str] = field(default_factory=dict)
@@ -154,6 +156,11 @@ def gpu_request(cell: Cell, gpus: str | None, available: int) -> list[str] | int
     ids = [g.strip() for g in gpus.split(",") if g.strip()]
     if not ids or not all(g.isdigit() for g in ids):
         raise UsageError(f"--gpus {gpus}: expected none, all, or device ids such as 0,1")
+    if len(ids) != cell.gpus:
+        raise UsageError(
+            f"--gpus {gpus}: {len(ids)} device(s) for cell {cell.id}, which runs on {cell.gpus}; pass "
+            f"--num-gpus {len(ids)} to run it on {len(ids)} (stated as a limitation), or name {cell.gpus} devices"
+        )
     return ids
 
 
@@ -276,6 +283,10 @@ def _driver_args(opts: RunOptions, *, cell: str, out: str, bridge: str, verl: st
         opts.import_check,
         "--bridge-tests",
         opts.bridge_tests,
+        "--preflight",
+        opts.preflight,
+        "--megatron-lm",
+        opts.megatron_lm,
     ]
     if opts.phase_timeout:
         args += ["--phase-timeout", str(opts.phase_timeout)]
@@ -455,7 +466,7 @@ def _start_problem(exc: Exception, spec: ContainerSpec) -> str:
 def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellation) -> dict[str, Any]:
     if opts.verl is None:
         raise UsageError("run-cell: --backend local needs --verl PATH (a verl checkout on this machine)")
-    gpu_request(cell, opts.gpus, host_gpus())
+    devices = gpu_request(cell, opts.gpus, host_gpus())
     work = opts.out.parent / f".work-{cell.id}"
     maps = [f"{opts.container_paths[k]}={v}" for k, v in opts.cache.items() if k in opts.container_paths]
     cmd = [
@@ -474,6 +485,8 @@ def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellati
         cmd += ["--map", m]
     env = {k: v for k, v in os.environ.items() if not SECRET_LIKE.search(k)} | dict(opts.env)
     env["PYTHONUNBUFFERED"] = "1"
+    if isinstance(devices, list):  # named devices: the run (and every Ray worker) sees only these
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def stop() -> None:
@@ -526,6 +539,11 @@ def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None)
     cell = load_cell(opts.cell_file)
     bridge = check_bridge(opts.bridge)
     opts = RunOptions(**{**opts.__dict__, "bridge": bridge, "env": check_env(opts.env), "out": opts.out.resolve()})
+    if opts.backend == "docker" and opts.megatron_lm not in ("submodule", "installed"):
+        raise UsageError(
+            f"--megatron-lm {opts.megatron_lm}: a path works with --backend local only; in a container use "
+            "submodule or installed (the image's megatron-core)"
+        )
     if opts.backend == "docker" and client is None:
         client = docker_client()
     out = opts.out

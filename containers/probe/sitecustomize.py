@@ -5,6 +5,11 @@ PYTHONPATH through `ray_kwargs.ray_init.runtime_env.env_vars`) each print one li
 `megatron.bridge`, naming the file they would load:
 
     verl-e2e: bridge import (pid 1234): /workspace/Megatron-Bridge/src/megatron/bridge/__init__.py
+    verl-e2e: bridge import (ray-worker pid 5678): /workspace/Megatron-Bridge/src/megatron/bridge/__init__.py
+
+A process that runs as a Ray worker says so: that line is the Ray-worker import check (the skill's
+"workers may not inherit PYTHONPATH"), taken from verl's own workers instead of a Ray task started
+only to look.
 
 The finder only observes: it resolves the spec with the finders after it and returns None, so the
 import itself proceeds exactly as it would without the probe. An image's own sitecustomize still runs.
@@ -30,13 +35,24 @@ class _BridgeProbe:
             origin = spec.origin if spec is not None else "not found"
         except Exception as exc:
             origin = f"unresolved ({type(exc).__name__})"
-        sys.stderr.write(f"verl-e2e: bridge import (pid {os.getpid()}): {origin}\n")
+        where = f"ray-worker pid {os.getpid()}" if _in_ray_worker() else f"pid {os.getpid()}"
+        sys.stderr.write(f"verl-e2e: bridge import ({where}): {origin}\n")
         sys.stderr.flush()
         return
 
     @classmethod
     def invalidate_caches(cls):
         return None
+
+
+def _in_ray_worker():
+    """True inside a Ray worker process (Ray's WORKER_MODE), without importing Ray."""
+    worker = sys.modules.get("ray._private.worker")
+    if worker is not None:
+        mode = getattr(getattr(worker, "global_worker", None), "mode", None)
+        if mode is not None:
+            return mode == getattr(worker, "WORKER_MODE", 1)
+    return os.path.basename(sys.argv[0] if sys.argv else "") == "default_worker.py"
 
 
 sys.meta_path.insert(0, _BridgeProbe)

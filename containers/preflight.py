@@ -1,0 +1,198 @@
+"""What the cell's environment has, before a 5-minute verl run finds out the hard way.
+
+Standard library only (runs with the image's Python, next to driver.py). Two jobs:
+
+* **Import checks.** `fast` (the default) resolves where the driver would load `megatron.bridge`
+  from without importing it; Ray workers are checked by the import probe inside verl's own worker
+  processes (their `verl-e2e: bridge import (ray-worker pid N)` lines are judged from the log), so
+  no separate Ray cluster is started only to look. `full` also imports Bridge in the driver and in
+  a Ray task of its own (the older, slower check: ~50 s with torch and Transformer Engine).
+* **Environment preflight.** One subprocess looks up (never imports) the modules verl's Megatron
+  path needs and the optional ones whose absence verl only discovers late: APEX's fused
+  weight-gradient kernel (`gradient_accumulation_fusion`), flash-attn (verl's Megatron config asks
+  for `attention_backend: flash`), nvtx (the wrapper always sets `global_profiler.tool=nsys`). A
+  missing required module stops the cell as Blocked; a missing optional one turns into the Hydra
+  override that avoids it, recorded as a limitation so the report says what the run did not cover.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+RECORD = "verl-e2e: bridge import ({where}): {path}"
+ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+
+# module -> why the run cannot go on without it
+REQUIRED = {
+    "torch": "PyTorch",
+    "ray": "Ray (verl's controller)",
+    "megatron.core": "Megatron-Core (Bridge's 3rdparty/Megatron-LM or an installed megatron-core)",
+    "transformer_engine": "Transformer Engine (Megatron-Core's layers)",
+    "hydra": "hydra-core (verl's configuration)",
+}
+ROLLOUT = {"vllm": "vLLM", "sglang": "SGLang"}
+# module -> (what is missing, overrides that avoid it, limitation recorded)
+OPTIONAL = {
+    "fused_weight_gradient_mlp_cuda": (
+        "APEX's fused_weight_gradient_mlp_cuda",
+        [f"++{r}.megatron.override_transformer_config.gradient_accumulation_fusion=False" for r in ROLES],
+        "gradient_accumulation_fusion off (the environment has no APEX CUDA extension)",
+    ),
+    "flash_attn": (
+        "flash-attn",
+        [f"++{r}.megatron.override_transformer_config.attention_backend=auto" for r in ROLES],
+        "attention_backend=auto instead of verl's flash (no flash-attn); Transformer Engine picks the backend",
+    ),
+    "nvtx": (
+        "nvtx",
+        ["global_profiler.tool=null"],
+        "profiler off (global_profiler.tool=null): nvtx is not installed",
+    ),
+}
+
+LOOKUP_SNIPPET = r"""
+import importlib.util, json, sys, glob, os, re
+names = json.loads(sys.argv[1])
+found = {}
+for name in names:
+    try:
+        spec = importlib.util.find_spec(name)
+        found[name] = spec.origin if spec is not None and spec.origin else ("namespace" if spec else None)
+    except Exception as exc:
+        found[name] = None
+info = {"found": found, "python": sys.version.split()[0]}
+core = found.get("megatron.core")
+if core and core != "namespace":
+    text = open(os.path.join(os.path.dirname(core), "package_info.py")).read() if os.path.exists(
+        os.path.join(os.path.dirname(core), "package_info.py")) else ""
+    parts = [re.search(k + r"\s*=\s*['\"]?(\w+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    info["megatron_core"] = {"path": os.path.dirname(core),
+                             "version": ".".join(p.group(1) for p in parts) if all(parts) else None}
+torch = found.get("torch")
+if torch:
+    site = os.path.dirname(os.path.dirname(torch))
+    bundled = sorted(glob.glob(os.path.join(site, "nvidia", "cudnn", "lib", "libcudnn.so.*")))
+    system = sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libcudnn.so.*") + glob.glob("/usr/lib64/libcudnn.so.*"))
+    info["cudnn"] = {"bundled": bundled[-1:], "system": system[-1:]}
+print("VERL_E2E_PREFLIGHT " + json.dumps(info))
+"""
+
+IMPORT_SNIPPET = r"""
+import importlib.util, json, sys, traceback
+out = {"origin": None, "imported": None, "error": None}
+spec = importlib.util.find_spec("megatron.bridge")
+out["origin"] = spec.origin if spec else None
+if __FULL__ and spec is not None:
+    try:
+        import megatron.bridge
+        out["imported"] = megatron.bridge.__file__
+    except BaseException as exc:
+        tb = traceback.extract_tb(exc.__traceback__)
+        out["error"] = {"type": type(exc).__name__, "message": str(exc)[:500],
+                        "in_bridge": any("/megatron/bridge/" in (f.filename or "") for f in tb),
+                        "missing_module": getattr(exc, "name", None)}
+print("VERL_E2E_IMPORT " + json.dumps(out))
+"""
+
+RAY_SNIPPET = r"""
+import json, ray
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+@ray.remote
+def probe():
+    __SNIPPET__
+    return out
+result = ray.get(probe.options(runtime_env={"env_vars": {"PYTHONPATH": __PYTHONPATH__}}).remote())
+print("VERL_E2E_IMPORT " + json.dumps(result), flush=True)
+import os
+os._exit(0)  # no graceful shutdown (1-2 s): `ray stop --force` clears the cluster before the first phase
+"""
+
+
+def _tagged(stdout: str, tag: str) -> dict | None:
+    for line in stdout.splitlines():
+        if line.startswith(tag + " "):
+            return json.loads(line[len(tag) + 1 :])
+    return None
+
+
+def _python(code: str, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def check_imports(pythonpath: str, mode: str, timeout: float) -> tuple[dict, str | None]:
+    """Where megatron.bridge loads from: (records per place, error). `mode`: fast | location | full."""
+    full = mode == "full"
+    body = IMPORT_SNIPPET.replace("__FULL__", repr(full))
+    env = dict(os.environ, PYTHONPATH=pythonpath, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    places = [("driver", body)]
+    if mode != "fast":
+        indented = "\n    ".join(line for line in body.strip().splitlines() if not line.startswith("print("))
+        ray_code = RAY_SNIPPET.replace("__SNIPPET__", indented).replace("__PYTHONPATH__", repr(pythonpath))
+        places.append(("ray_worker", ray_code))
+    records: dict = {}
+    for where, code in places:
+        try:
+            proc = _python(code, [], env, timeout)
+        except subprocess.TimeoutExpired:
+            return records, f"the {where} import check timed out after {timeout:.0f}s"
+        result = _tagged(proc.stdout, "VERL_E2E_IMPORT")
+        if result is None:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            return records, f"the {where} import check failed to run: {' | '.join(tail)}"
+        records[where] = result
+        print(RECORD.format(where=where.replace("_", "-"), path=result["origin"]), flush=True)
+    return records, None
+
+
+def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
+    """The environment as found: module origins, Megatron-Core version, cuDNN copies."""
+    names = [*REQUIRED, *ROLLOUT, *OPTIONAL]
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    try:
+        proc = _python(LOOKUP_SNIPPET, [json.dumps(names)], env, timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the environment lookup timed out after {timeout:.0f}s"}
+    info = _tagged(proc.stdout, "VERL_E2E_PREFLIGHT")
+    if info is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
+        return {"error": f"the environment lookup failed: {' | '.join(tail) or 'no output'}"}
+    info["engine"] = engine
+    return info
+
+
+def decide(info: dict) -> tuple[list[str], list[str], list[str], str | None]:
+    """(Hydra overrides, limitations, notes, blocking reason) from what `lookup` found. Pure."""
+    if "error" in info:
+        return [], [], [info["error"]], None
+    found = info.get("found", {})
+    missing = [f"{why} (`{name}`)" for name, why in REQUIRED.items() if not found.get(name)]
+    engine = info.get("engine", "vllm")
+    if engine in ROLLOUT and not found.get(engine):
+        missing.append(f"{ROLLOUT[engine]} (`{engine}`), the rollout engine the cell asks for")
+    if missing:
+        return [], [], [], "the environment lacks " + ", ".join(missing) + "; install it in the image"
+    overrides: list[str] = []
+    limitations: list[str] = []
+    notes: list[str] = []
+    for name, (what, fixes, limitation) in OPTIONAL.items():
+        if not found.get(name):
+            overrides += fixes
+            limitations.append(limitation)
+            notes.append(f"{what} missing: added {', '.join(fixes)}")
+    cudnn = info.get("cudnn") or {}
+    if cudnn.get("bundled") and cudnn.get("system"):
+        b, s = (os.path.basename(cudnn[k][0]).removeprefix("libcudnn.so.") for k in ("bundled", "system"))
+        if b != s:
+            notes.append(
+                f"two cuDNN copies: torch's {b} and the system's {s} ({cudnn['system'][0]}); Transformer "
+                "Engine may load the system one, after which torch's cuDNN calls can fail"
+            )
+    core = info.get("megatron_core") or {}
+    if core.get("version"):
+        notes.append(f"Megatron-Core {core['version']} from {core['path']}")
+    return overrides, limitations, notes, None

@@ -1,0 +1,101 @@
+"""Cell preparation inside the image: focused Bridge tests, GSM8K data, dummy-model config.
+
+Standard library only (runs with the image's Python, next to driver.py). Each function records
+its step through the driver's Recorder and returns a problem sentence when the cell cannot go on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from records import Recorder, write_json
+
+
+def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict) -> str | None:
+    train, val = Path(env["TRAIN_FILES"]), Path(env["VAL_FILES"])
+    started = time.time()
+    if train.is_file() and val.is_file():
+        rec.step("data", "ok", f"GSM8K parquet from the cache ({train.parent})", started)
+        return None
+    raw = train.parent.parent / "gsm8k-raw"
+    cmd = [sys.executable, "examples/data_preprocess/gsm8k.py", "--local_save_dir", str(train.parent)]
+    if raw.is_dir():
+        cmd += ["--local_dataset_path", str(raw)]
+    rec.provenance["commands"].append(" ".join(cmd))
+    proc = subprocess.run(cmd, cwd=verl, env=base_env, capture_output=True, text=True, check=False, timeout=1800)
+    if proc.returncode != 0 or not train.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
+        return f"GSM8K preprocessing failed ({' | '.join(tail) or 'no output'}); run `verl-e2e prefetch` on the runner"
+    rec.step(
+        "data",
+        "ok",
+        f"made GSM8K parquet with verl's preprocessing{' from the cached raw copy' if raw.is_dir() else ''}",
+        started,
+    )
+    return None
+
+
+def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | None:
+    started = time.time()
+    if cell.get("dummy_config") is None:
+        path = Path(env.get("MODEL_PATH", ""))
+        state = "from the cache" if path.is_dir() else "not in the cache (the wrapper will try to fetch it)"
+        rec.step("model", "ok", f"{env.get('MODEL_ID')} {state}", started)
+        return None
+    base = Path(env.get("MODEL_PATH", "")) / "config.json"
+    if not base.is_file():
+        return f"dummy model needs {base} (the {env.get('MODEL_ID')} config); run `verl-e2e prefetch` on the runner"
+    config = json.loads(base.read_text())
+    _merge(config, cell["dummy_config"])
+    target = work / "dummy-config.json"
+    target.write_text(json.dumps(config, indent=2))
+    rec.overrides["DUMMY_MODEL_CONFIG_PATH"] = str(target)
+    rec.overrides["DUMMY_MODEL_PATH"] = str(work / "dummy-model")
+    rec.step("model", "ok", f"dummy model: {env['MODEL_ID']} config shrunk by {cell['dummy_config']}", started)
+    return None
+
+
+def _merge(into: dict, overrides: dict) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def bridge_tests(cell: dict, bridge: Path, env: dict, out: Path, rec: Recorder, timeout: float) -> None:
+    started = time.time()
+    paths = [t for t in cell.get("bridge_tests", []) if (bridge / t).exists()]
+    if not paths:
+        result = {
+            "status": "skipped",
+            "reason": "none of the focused Bridge tests exist in this checkout",
+            "command": None,
+        }
+    else:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
+        try:
+            proc = subprocess.run(
+                cmd, cwd=bridge, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
+            summary = (proc.stdout.strip().splitlines() or ["no output"])[-1]
+            status = "pass" if proc.returncode == 0 else ("skipped" if proc.returncode == 5 else "fail")
+            result = {
+                "status": status,
+                "command": " ".join(cmd[1:]),
+                "exit_code": proc.returncode,
+                "summary": summary,
+            }
+            (out / "bridge-tests.log").write_text(proc.stdout + proc.stderr)
+        except subprocess.TimeoutExpired:
+            result = {
+                "status": "fail",
+                "command": " ".join(cmd[1:]),
+                "summary": f"timed out after {timeout:.0f}s",
+            }
+    write_json(out / "bridge-tests.json", result)
+    rec.step("bridge-tests", result["status"], result.get("summary") or result.get("reason", ""), started)
