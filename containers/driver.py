@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from records import Recorder, checkpoint_listing, git_state, log, write_json
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
 WRAPPER = "tests/special_e2e/run_ppo_trainer_megatron.sh"
 TAIL = 30
+RAY_CLI = "import sys; from ray.scripts.scripts import main; sys.exit(main())"
 
 _state = {"proc": None, "cancelled": False}
 
@@ -112,7 +114,9 @@ def run_logged(
 
 
 def ray_stop(env: dict) -> None:
-    subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, check=False, timeout=60)
+    """`ray stop --force`; through Ray's own CLI module where the `ray` script is not on PATH (pip --target)."""
+    cli = ["ray"] if shutil.which("ray", path=env.get("PATH")) else [sys.executable, "-c", RAY_CLI]
+    subprocess.run([*cli, "stop", "--force"], env=env, capture_output=True, check=False, timeout=60)
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -233,7 +237,7 @@ def check_environment(rec: Recorder, cell: dict, pythonpath: str) -> tuple[list[
     started = time.time()
     engine = cell["phases"][0]["env"].get("ENGINE", "vllm")
     info = preflight.lookup(pythonpath, engine)
-    overrides, limitations, notes, blocking = preflight.decide(info)
+    overrides, limitations, notes, blocking = preflight.decide(info, preflight.checkpoints(cell))
     rec.provenance["environment"] = {
         "found": info.get("found", {}),
         "megatron_core": info.get("megatron_core"),

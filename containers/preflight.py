@@ -34,6 +34,9 @@ REQUIRED = {
     "hydra": "hydra-core (verl's configuration)",
 }
 ROLLOUT = {"vllm": "vLLM", "sglang": "SGLang"}
+# needed only by cells that save or resume: Bridge's training/checkpointing.py imports modelopt at
+# module level, and verl's Megatron checkpoint manager imports that module to filter PEFT state
+CHECKPOINTING = {"modelopt": "nvidia-modelopt (Bridge's checkpointing imports it)"}
 # module -> (what is missing, overrides that avoid it, limitation recorded)
 OPTIONAL = {
     "fused_weight_gradient_mlp_cuda": (
@@ -151,7 +154,7 @@ def check_imports(pythonpath: str, mode: str, timeout: float) -> tuple[dict, str
 
 def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
     """The environment as found: module origins, Megatron-Core version, cuDNN copies."""
-    names = [*REQUIRED, *ROLLOUT, *OPTIONAL]
+    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *OPTIONAL]
     env = dict(os.environ, PYTHONPATH=pythonpath)
     try:
         proc = _python(LOOKUP_SNIPPET, [json.dumps(names)], env, timeout)
@@ -165,7 +168,16 @@ def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
     return info
 
 
-def decide(info: dict) -> tuple[list[str], list[str], list[str], str | None]:
+def checkpoints(cell: dict) -> bool:
+    """Whether any phase of the cell saves or resumes a checkpoint."""
+    for phase in cell.get("phases", []):
+        env = phase.get("env", {})
+        if env.get("RESUME_MODE", "disable") != "disable" or env.get("SAVE_FREQ", "-1") not in ("-1", "0", ""):
+            return True
+    return False
+
+
+def decide(info: dict, checkpointing: bool = False) -> tuple[list[str], list[str], list[str], str | None]:
     """(Hydra overrides, limitations, notes, blocking reason) from what `lookup` found. Pure."""
     if "error" in info:
         return [], [], [info["error"]], None
@@ -174,6 +186,12 @@ def decide(info: dict) -> tuple[list[str], list[str], list[str], str | None]:
     engine = info.get("engine", "vllm")
     if engine in ROLLOUT and not found.get(engine):
         missing.append(f"{ROLLOUT[engine]} (`{engine}`), the rollout engine the cell asks for")
+    if checkpointing:
+        missing += [
+            f"{why} (`{name}`), for the cell's checkpoints"
+            for name, why in CHECKPOINTING.items()
+            if not found.get(name)
+        ]
     if missing:
         return [], [], [], "the environment lacks " + ", ".join(missing) + "; install it in the image"
     overrides: list[str] = []
