@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import preflight
@@ -273,7 +274,7 @@ def run_phases(
             f"++ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={pythonpath}",
         ]
         rec.provenance["commands"].append(" ".join(cmd))
-        set_here = {k: env[k] for k in sorted({*phase["env"], *rec.overrides})}
+        set_here = {k: env[k] for k in sorted({*phase["env"], *rec.overrides, "PYTHONPATH"}) if k in env}
         rec.phases[index].update(status="running", command=" ".join(cmd), env=set_here, cwd=str(args.verl))
         rec.save()
         log(f"phase {phase['name']}: {' '.join(cmd)}")
@@ -298,7 +299,17 @@ def run_phases(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the cell; a crash of the driver itself is recorded, so the verdict says so (not a Skip)."""
     args = parse_args(argv)
+    try:
+        return run_cell(args)
+    except Exception as exc:
+        traceback.print_exc()
+        rec = Recorder.reopen(args.out)
+        return rec.fail("driver", "harness", f"the cell driver crashed: {type(exc).__name__}: {exc}")
+
+
+def run_cell(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     cell = json.loads(args.cell.read_text())

@@ -37,6 +37,18 @@ class Recorder:
         self.phases = [{"name": p["name"], "log": f"{p['name']}.log", "status": "not_run"} for p in cell["phases"]]
         self.save()
 
+    @classmethod
+    def reopen(cls, out: Path) -> Recorder:
+        """The records a crashed run left, to add its setup failure to (a fresh one if unreadable)."""
+        rec = cls.__new__(cls)
+        rec.out, rec.overrides = out, {}
+        try:
+            rec.provenance = json.loads((out / "provenance.json").read_text())
+            rec.phases = json.loads((out / "phases.json").read_text())
+        except (OSError, ValueError):
+            rec.provenance, rec.phases = {"steps": [], "limitations": [], "commands": []}, []
+        return rec
+
     def save(self) -> None:
         write_json(self.out / "provenance.json", self.provenance)
         write_json(self.out / "phases.json", self.phases)

@@ -164,6 +164,13 @@ SYNTHETIC_FAILURES = [
     (
         "killed",
         "+ python3 -m verl.trainer.main_ppo\nbash: line 1:  4242 Killed  python3 -m verl.trainer.main_ppo\nprocess exited with code 137\n",
+        "runtime",  # killed with SIGKILL, cause unknown: no out-of-memory line, so no OOM claim
+        None,
+    ),
+    (
+        "killed-oom",
+        "+ python3 -m verl.trainer.main_ppo\n[raylet] Out of memory: Killed process 4242 (python3)\n"
+        "process exited with code 137\n",
         "oom",
         None,
     ),

@@ -72,7 +72,8 @@ def test_wrong_bridge_is_blocked(tmp_path: Path, matrix: Matrix) -> None:
     }
     v, _ = _judge(tmp_path, matrix, 0, {"run": V.run(1)}, bridge_import=wrong, bridge_tests=TESTS_OK)
     assert v.result == "Blocked" and "wrong Bridge" in v.headline
-    assert v.deliverables[1].result == "Blocked"
+    assert v.deliverables[1].result == "Fail"  # Blocked is the overall result, never a deliverable's
+    assert {d.result for d in v.deliverables} <= {"Pass", "Fail", "Skipped", "Not requested"}
 
 
 def test_ray_worker_record_is_required(tmp_path: Path, matrix: Matrix) -> None:
@@ -181,11 +182,12 @@ def test_vanilla_bridge_fails(tmp_path: Path, matrix: Matrix) -> None:
     )
 
 
-def test_not_run_is_skipped(tmp_path: Path, matrix: Matrix) -> None:
+def test_a_cell_that_did_not_run_fails(tmp_path: Path, matrix: Matrix) -> None:
     v, run = _judge(tmp_path, matrix, 0, {})
-    assert v.result == "Skipped"
+    assert (v.result, v.failure_class) == ("Fail", "did_not_run"), v.headline
+    assert next(d for d in v.deliverables if d.name == "Log capture").result == "Fail"
     suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
-    assert suite is not None and int(suite.get("skipped", 0)) >= 1
+    assert suite is not None and int(suite.get("failures", 0)) >= 1
 
 
 def test_level5_learning_signal(tmp_path: Path, matrix: Matrix) -> None:

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from verl_e2e.cli_run import sayer as _sayer
+from verl_e2e.collect import collect
 from verl_e2e.errors import UsageError
 from verl_e2e.github import GitHubClient
 from verl_e2e.plan import append_outputs
-from verl_e2e.publish import PublishOptions, collect, publish, upsert_comment
+from verl_e2e.publish import PublishOptions, publish, upsert_comment
 from verl_e2e.report import Context, fork_notice, refusal
 from verl_e2e.trigger import CommandError, RunRequest, from_comment, from_dispatch, from_pull_request
 
@@ -89,22 +90,31 @@ def _repo(args: argparse.Namespace, env: Mapping[str, str]) -> str:
 
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
     say = _sayer(stdout)
-    verdicts = collect(args.run_dirs, say, allow_empty=args.plan is not None)
     plan: dict[str, Any] = {}
     if args.plan is not None:
         try:
             plan = json.loads(args.plan.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             say(f"no readable plan at {args.plan} ({exc.__class__.__name__}); reporting without it")
-    job_failures = []
+    job_failures, results = [], {}
     for item in args.job_result:
         name, _, result = item.partition("=")
+        results[name] = result
         if result in ("failure", "cancelled"):
             job_failures.append(f"{name}: {result}")
     server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
     publishing = (args.comment and args.pr is not None) or args.check
     repo = _repo(args, env) if publishing or args.repo else ""
     run_url = args.run_url or (f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else "")
+    planned = plan.get("cells") if isinstance(plan.get("cells"), list) else None
+    verdicts = collect(
+        args.run_dirs,
+        say,
+        allow_empty=args.plan is not None,
+        planned=planned,
+        job_result=results.get("cell", results.get("cells", "")),
+        run_url=run_url,
+    )
     ctx = Context(
         repo=repo,
         pr=args.pr,

@@ -4,9 +4,10 @@ Speed comes from not looking at most lines. verl logs are dominated by worker ch
 need sit on lines that contain one of a few literals ("needles": `step:`, `Training Progress`,
 `rror`, ...). Each chunk is searched for all needles at once with RE2 (google-re2: a DFA, so the cost
 does not grow with the number of needles; a pure-Python `bytes.find` loop is the fallback), only the
-hit lines are decoded and cleaned (Ray prefixes, ANSI colours, `[repeated Nx across cluster]`,
-carriage returns), and those lines go through the handlers below in log order. Signature needles come
-from the signature data, so a signature added in matrix.yaml is seen without touching this code.
+hit lines are decoded and cleaned, and those lines go to the part that owns them, in log order:
+`logstages` (trace, imports, progress, saves, resume), `logmetrics` (step lines, validation),
+`tracebacks` (frames and the root exception) and the signatures; `classify` decides at the end.
+Config dumps, pprints and Hydra's override list are recognised (`logtext.is_dump`) and read by none.
 """
 
 from __future__ import annotations
@@ -17,17 +18,23 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
+from verl_e2e.classify import classify, root_role
+from verl_e2e.logmetrics import Metrics
+from verl_e2e.logstages import Stages, stage
+from verl_e2e.logtext import clean_line, is_dump, parse_number
 from verl_e2e.signatures import Signature, default_signatures
+from verl_e2e.tracebacks import Tracebacks
 
 try:  # RE2 scans for every needle in one linear pass; without it each needle costs its own pass
     import re2 as _re2
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _re2 = None
 
+__all__ = ["CHUNK", "Evidence", "LogParser", "clean_line", "parse_bytes", "parse_number", "parse_stream"]
+
 CHUNK = 4 << 20  # bytes read at a time
 MAX_LINE = 64 << 10  # longer lines are cut (a 1 GB line must not become a 1 GB string)
-MAX_SERIES = 20_000  # points kept per metric series
-MAX_ITEMS = 50  # residual-noise lines, frames, key lines kept
+MAX_ITEMS = 50  # residual-noise lines, key lines kept
 
 # "Training Progress" is not a needle: only the last progress line counts, so each chunk is searched
 # backwards for it once (tqdm prints one per step, which would double the lines to look at).
@@ -39,97 +46,23 @@ BASE_NEEDLES = (
     b"rror",
     b"xception",
     b"nterrupt",
+    b"Traceback",
     b"scratch",
     b"heckpoint",
     b"validation metrics",
     b'File "',
     b"bridge/__init__",
+    b"Enabling LoRA",
+    b"Enabling LORA",
 )
 # The wrapper's `set -x` trace comes before training starts; it is looked for until the trainer's
 # command line has been traced (a `\n+` needle over a whole log would cost a pass per newline).
 TRACE_NEEDLES = (b"\n+", b"\r+")
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-_RAY_PREFIX = re.compile(
-    r"(?:\x1b\[[0-9;]*m)?\((?:[A-Za-z_][\w.]*(?: pid=\d+)?(?:, ip=[\w.:-]+)?|pid=\d+(?:, ip=[\w.:-]+)?"
-    r"|autoscaler[^)]*)\)(?:\x1b\[[0-9;]*m)? ?"
-)
-_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-
-_STEP = re.compile(r"step:(\d+)(?: - |\s*$)")
-_PAIR = re.compile(r"([^\s:][^:]*?):(\S+)(?: - |\s*$)")
-_PROGRESS = re.compile(r"Training Progress:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
-_SAVE = re.compile(
-    r"local_global_step_folder: \S*global_step_(\d+)|Saving checkpoint to \S*global_step_(\d+)"
-    r"|(?:[Ss]aving|[Ss]aved|save completed|Checkpoint save completed for)\b.*?global_step_(\d+)"
-)
-_RESUME = re.compile(
-    r"setting global step to (\d+)|Setting global step to (\d+)"
-    r"|(?:Found checkpoint: (?:%s )?|Load from checkpoint folder: |Resuming from )\S*global_step_(\d+)"
-)
-_SCRATCH = re.compile(r"Training from scratch")
-_VALIDATION = re.compile(r"(Initial|Final) validation metrics: ")
-_DANGLING_QUOTE = re.compile(r"""(':\s*)["']""")
-_VAL_PAIR = re.compile(r"'([^']+)':\s*(?:np\.float\d*\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))")
-_RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
-_EXCEPTION = re.compile(
-    r"^(?:\[[Rr]ank[ -]?\d+\]:?\s*)?(?:[A-Za-z_]\w*\.)*"
-    r"([A-Za-z_]\w*(?:Error|Exception|Interrupt)|Exception|KeyboardInterrupt|SystemExit)(?::\s?(.*))?$"
-)
-_UNHANDLED = re.compile(r"Unhandled error \(suppress with|Error executing job with overrides")
-_FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|ray::\w+\.(\w+)\(\)')
-_TRACE = re.compile(r"^\++ (?:export |declare -x )?([A-Z_][A-Z0-9_]*)=(.*)$")
-_TRACE_CMD = re.compile(r"^\++ (.*verl\.trainer\.main_ppo.*)$")
-_BRIDGE = re.compile(r"(\S*/megatron/bridge/__init__\.py)")
-_DRIVER_RECORD = re.compile(r"verl-e2e: bridge import \((driver|ray-worker(?: pid \d+)?|pid \d+)\): (.+?)\s*$")
-_NUMBER = re.compile(r"^(?:np\.float\d*\(|tensor\()?(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))\)?$", re.I)
-_RESIDUAL = re.compile(
+FAILURE_KEYS = ("rror", "xception", "nterrupt", 'File "', "Traceback", "resource_tracker")
+RESIDUAL = re.compile(
     r"resource_tracker|DataLoader worker \(pid|Exception ignored in|atexit|during shutdown|"
     r"Ray is shutting down|worker_pool\.cc|core_worker\.cc.*(?:Exiting|shutdown)|leaked semaphore"
 )
-
-SERIES_KEYS = (
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "actor/entropy",
-    "actor/entropy_loss",
-    "actor/kl_loss",
-    "actor/ppo_kl",
-    "actor/lr",
-    "critic/vf_loss",
-    "critic/grad_norm",
-    "critic/score/mean",
-    "critic/rewards/mean",
-    "critic/advantages/mean",
-    "critic/returns/mean",
-    "response_length/mean",
-    "training/global_step",
-)
-# One regex for the kept keys: the literal " - " prefix lets `re` skip quickly between pairs.
-_SERIES_RX = re.compile(r" - (" + "|".join(re.escape(k) for k in SERIES_KEYS) + r"|val-core/[^:\s]*|val/[^:\s]*):(\S*)")
-
-
-NAN_WATCHED = re.compile(r"loss|reward|score|kl|entropy|grad_norm|log_?prob|advantage")
-MODEL_BUILD_FRAMES = frozenset(
-    {
-        "init_model",
-        "_build_model_optimizer",
-        "make_megatron_module",
-        "get_model",
-        "provide",
-        "provide_distributed_model",
-        "finalize",
-        "_build_model",
-        "build_model",
-        "from_hf_pretrained",
-        "to_megatron_provider",
-        "get_peft_model",
-        "create_peft",
-    }
-)
-SAVE_FRAMES = frozenset({"save_checkpoint", "_save_checkpoint", "save_hf_weights", "save_hf_pretrained"})
-LOAD_FRAMES = frozenset({"load_checkpoint", "_load_checkpoint", "load_hf_weights"})
-IGNORED_EXCEPTIONS = frozenset({"KeyboardInterrupt", "SystemExit"})
 
 
 @dataclass
@@ -161,7 +94,8 @@ class Evidence:
     initial_validation: dict[str, float] | None = None
     final_validation: dict[str, float] | None = None
     series: dict[str, list[list[float]]] = field(default_factory=dict)
-    frames: list[str] = field(default_factory=list)
+    frames: list[str] = field(default_factory=list)  # the root traceback's functions, outermost first
+    failed_in: str | None = None  # the role of the innermost known frame (save, load, model_build, ...)
     residual_noise: list[str] = field(default_factory=list)
     key_lines: list[str] = field(default_factory=list)
     bytes_read: int = 0
@@ -177,24 +111,34 @@ def _json_number(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
-def clean_line(raw: str) -> str:
-    """Strip Ray's actor prefix, ANSI codes and the `[repeated Nx across cluster]` suffix."""
-    line = raw.strip("\r\n")
-    if line.startswith(("(", "\x1b")):
-        m = _RAY_PREFIX.match(line)
-        if m:
-            line = line[m.end() :]
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    if line.endswith("cluster]"):
-        line = _REPEATED.sub("", line)
-    return line
+@dataclass
+class State:
+    """Everything a parse collected: picklable, so a byte range parsed elsewhere can be folded in."""
 
+    metrics: Metrics = field(default_factory=Metrics)
+    stages: Stages = field(default_factory=Stages)
+    tracebacks: Tracebacks = field(default_factory=Tracebacks)
+    hits: dict[str, str] = field(default_factory=dict)  # signature name -> first line it matched
+    residual: list[tuple[str, bool]] = field(default_factory=list)  # (line, a step line came before it)
+    key_lines: list[str] = field(default_factory=list)
+    bytes_read: int = 0
 
-def parse_number(text: str) -> float | None:
-    """verl's metric values: `0.123`, `2e-06`, `nan`, `-inf`, `np.float64(0.55)`."""
-    m = _NUMBER.match(text.strip())
-    return float(m.group(1)) if m else None
+    def key(self, line: str) -> None:
+        text = line[:300]
+        if len(self.key_lines) < MAX_ITEMS and text not in self.key_lines:
+            self.key_lines.append(text)
+
+    def absorb(self, later: State) -> None:
+        """Fold in the state of the byte range that follows this one."""
+        steps_before = self.metrics.step_lines
+        self.tracebacks.absorb(later.tracebacks, steps_before)
+        self.metrics.absorb(later.metrics)
+        self.stages.absorb(later.stages)
+        for name, line in later.hits.items():
+            self.hits.setdefault(name, line)
+        self.residual += [(line, after or steps_before > 0) for line, after in later.residual]
+        self.key_lines = list(dict.fromkeys(self.key_lines + later.key_lines))[:MAX_ITEMS]
+        self.bytes_read += later.bytes_read
 
 
 class LogParser:
@@ -204,45 +148,21 @@ class LogParser:
         self.signatures = tuple(signatures) if signatures is not None else default_signatures()
         needles = set(BASE_NEEDLES) | {s.needle.encode() for s in self.signatures}
         self.needles = tuple(sorted(needles))
-        self._failure_keys = tuple(
-            {
-                "rror",
-                "xception",
-                "nterrupt",
-                'File "',
-                "resource_tracker",
-                *(s.needle for s in self.signatures),
-            }
-            - {"heckpoint"}
-        )
+        self._failure_keys = tuple({*FAILURE_KEYS, *(s.needle for s in self.signatures)} - {"heckpoint"})
         self._line_rx = self._line_rx_trace = None
         if _re2 is not None and use_re2:
             alternatives = b"|".join(re.escape(n) for n in self.needles)
             self._line_rx = _re2.compile(b"(?m)^[^\n]*(?:" + alternatives + b")[^\n]*")
             self._line_rx_trace = _re2.compile(b"(?m)^(?:(?:[^\n]*\r)?\\+[^\n]*|[^\n]*(?:" + alternatives + b")[^\n]*)")
-        self.ev = Evidence()
+        self.state = State()
         self._carry = b""
         self._first_line = True
-        self._pending_validation: tuple[str, list[str]] | None = None
-        self._awaiting_message: str | None = None
-        self._grad_norms: list[tuple[float, bool]] = []  # (value, printed raw rather than rounded)
-        self._signature_hits: dict[str, str] = {}
-        self._frames: dict[str, None] = {}
-        self._last_step_seen = False
-        self._series_points = 0
-        # An exception line inside a traceback (after frames, a RayTaskError or "Unhandled error") is a
-        # real failure; a standalone `XError: ...` line may be a logged warning, so it is kept only
-        # until a traceback-backed one appears.
-        self._in_traceback = False
-        self._exception_standalone = False
-        self._residual: list[tuple[str, bool]] = []  # (line, a step line came before it)
-        self._series: dict[str, list[float]] = {}  # key -> [step, value, step, value, ...]
         self.scan_trace = True  # a range after the first of a parallel parse has no wrapper trace
 
     # ------------------------------------------------------------------------------------ scanning
 
     def feed(self, chunk: bytes) -> None:
-        self.ev.bytes_read += len(chunk)
+        self.state.bytes_read += len(chunk)
         buf = self._carry + chunk
         cut = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
         if cut == -1:
@@ -257,9 +177,9 @@ class LogParser:
         if self._first_line:
             buf = b"\n" + buf  # so a needle anchored on "\n" also sees the very first line
             self._first_line = False
-        if self._pending_validation is not None:
+        if self.state.metrics.pending is not None:
             self._continue_validation(buf, -1)
-        tracing = self.scan_trace and self.ev.command is None
+        tracing = self.scan_trace and self.state.stages.command is None
         rx = self._line_rx_trace if tracing else self._line_rx
         if rx is not None:
             for m in rx.finditer(buf):
@@ -268,9 +188,8 @@ class LogParser:
             self._find_hits(buf, tracing)
         last = buf.rfind(PROGRESS)
         if last != -1:
-            self._progress(
-                clean_line(buf[last : last + 300].split(b"\n", 1)[0].split(b"\r", 1)[0].decode(errors="replace"))
-            )
+            text = buf[last : last + 300].split(b"\n", 1)[0].split(b"\r", 1)[0].decode(errors="replace")
+            self.state.stages.progress(clean_line(text))
 
     def _find_hits(self, buf: bytes, tracing: bool) -> None:
         """The fallback scan: one `bytes.find` pass per needle."""
@@ -321,216 +240,53 @@ class LogParser:
             yield clean_line(buf[pos + 1 : nxt].decode("utf-8", errors="replace"))
             pos = nxt
 
-    # ------------------------------------------------------------------------------------ handlers
+    def _continue_validation(self, buf: bytes, pos: int) -> None:
+        for follow in self._following_lines(buf, pos, 40):
+            if self.state.metrics.continue_validation(follow):
+                return
+
+    # ------------------------------------------------------------------------------------ dispatch
 
     def _line(self, line: str, buf: bytes, end: int) -> None:
         if not line:
             return
-        if line.startswith("step:") and self._step(line):
+        st = self.state
+        if line.startswith("step:") and st.metrics.step(line):
             return
         if line.startswith("+"):
-            self._trace(line)
+            st.stages.trace(line)
             return
-        if "global_step" in line or "global step" in line or "scratch" in line or "tracker" in line:
-            self._checkpoint(line)
-        if "bridge" in line:
-            self._bridge(line)
+        if is_dump(line):  # the resolved config, a pprint, Hydra's override list: no evidence here
+            if "Error executing job with overrides" in line:
+                st.tracebacks.line(line, st.metrics.step_lines)
+            return
+        marks = "global_step" in line or "global step" in line or "scratch" in line or "tracker" in line
+        if marks and (key := st.stages.checkpoint(line)) is not None:
+            st.key(key)
+        if "bridge" in line and (key := st.stages.bridge(line)) is not None:
+            st.key(key)
+        if "Enabling" in line:
+            st.stages.model_marker(line)
         if any(k in line for k in self._failure_keys):
             self._failure(line)
         if "validation metrics: " in line:  # last: it may read ahead into the following lines
-            self._validation(line, buf, end)
-
-    def _progress(self, line: str) -> None:
-        for m in _PROGRESS.finditer(line):
-            self.ev.progress_final = f"{m.group(1)}/{m.group(2)}"
-            self.ev.progress_total = int(m.group(2))
-
-    def _step(self, line: str) -> bool:
-        m = _STEP.match(line)
-        if not m:
-            return False
-        step = int(m.group(1))
-        ev = self.ev
-        ev.step_lines += 1
-        ev.max_step = step if ev.max_step is None else max(ev.max_step, step)
-        self._last_step_seen = True
-        # Only a few metrics are kept as series (what Level 5 judges) and validation scores: one
-        # C-level findall instead of splitting ~100 pairs per line in Python.
-        series, room, at = self._series, self._series_points < MAX_SERIES * 8, float(step)
-        for key, raw in _SERIES_RX.findall(line, m.end() - 3):
-            try:
-                value = float(raw)
-            except ValueError:
-                parsed = parse_number(raw)
-                if parsed is None:
-                    continue
-                value = parsed
-            if value - value != 0.0:  # NaN or +-Inf
-                self._non_finite(step, key, raw)
-            if key == "actor/grad_norm":
-                self._grad_norms.append((value, "." not in raw or len(raw.rsplit(".", 1)[1]) != 3))
-            flat = series.get(key)
-            if flat is None:
-                flat = series[key] = []
-            if room and len(flat) < 2 * MAX_SERIES:
-                flat.append(at)  # flat floats: no object per point for the GC to walk
-                flat.append(value)
-                self._series_points += 1
-        if "nan" in line:  # kept keys were checked above; this catches a NaN in any other metric
-            for key, raw in _PAIR.findall(line, m.end()):
-                parsed = parse_number(raw)
-                if parsed is not None and math.isnan(parsed):
-                    self._non_finite(step, key, raw)
-        return True
-
-    def _non_finite(self, step: int, key: str, raw: str) -> None:
-        if not NAN_WATCHED.search(key):
-            return
-        ev = self.ev
-        ev.nan_or_inf_in_metrics = True
-        entry = f"step {step}: {key}={raw}"
-        if len(ev.nan_metrics) < MAX_ITEMS and entry not in ev.nan_metrics:
-            ev.nan_metrics.append(entry)
-
-    def _trace(self, line: str) -> None:
-        m = _TRACE.match(line)
-        if m and len(self.ev.traced_env) < 500:
-            self.ev.traced_env[m.group(1)] = m.group(2).strip().strip("'\"")
-            return
-        c = _TRACE_CMD.match(line)
-        if c and self.ev.command is None:
-            self.ev.command = c.group(1)[:4000]
-
-    def _validation(self, line: str, buf: bytes, end: int) -> None:
-        m = _VALIDATION.search(line)
-        if not m:
-            return
-        text = line[m.end() :]
-        if "None" in text[:6]:
-            return
-        self._pending_validation = (m.group(1), [text])
-        self._key(f"{m.group(1)} validation metrics logged")
-        if "}" in text:
-            self._close_validation()
-        else:
-            self._continue_validation(buf, end)
-
-    def _continue_validation(self, buf: bytes, pos: int) -> None:
-        """Collect the pprint-wrapped lines of a validation dict, across a chunk boundary if needed."""
-        assert self._pending_validation is not None
-        parts = self._pending_validation[1]
-        for follow in self._following_lines(buf, pos, 40):
-            parts.append(follow)
-            if "}" in follow or len(parts) > 40:
-                self._close_validation()
-                return
-
-    def _close_validation(self) -> None:
-        assert self._pending_validation is not None
-        which, parts = self._pending_validation
-        self._pending_validation = None
-        values = {k: float(v) for k, v in _VAL_PAIR.findall(_unquote(parts))}
-        if which == "Initial":
-            self.ev.initial_validation = values
-        else:
-            self.ev.final_validation = values
-
-    def _checkpoint(self, line: str) -> None:
-        ev = self.ev
-        if _SCRATCH.search(line):
-            ev.from_scratch = True
-            self._key(line)
-            return
-        if "tracker file does not exist" in line:
-            ev.tracker_missing = True
-            return
-        if line.startswith(("Loading from", "Loaded", "Loading")) or ("[rank" in line and "Loading" in line):
-            return
-        s = _SAVE.search(line)
-        if s:
-            step = int(next(g for g in s.groups() if g is not None))
-            if step not in ev.saves:
-                ev.saves.append(step)
-                self._key(line)
-            return
-        r = _RESUME.search(line)
-        if r:
-            step = int(next(g for g in r.groups() if g is not None))
-            if ev.resumed_from != step:
-                ev.resumed_from = step
-                self._key(line)
-
-    def _bridge(self, line: str) -> None:
-        rec = _DRIVER_RECORD.search(line)
-        if rec:
-            where, path = rec.group(1), rec.group(2)
-            if where.startswith("ray-worker pid "):  # the probe in one of verl's Ray workers
-                self.ev.bridge_imports.setdefault("ray-worker", path)
-                where = "pid"
-            if where.startswith("pid"):  # the import probe inside verl's own processes
-                seen = self.ev.bridge_imports.setdefault("processes", [])
-                if path not in seen and len(seen) < MAX_ITEMS:
-                    seen.append(path)
-                    self._key(line)
-            else:
-                self.ev.bridge_imports[where] = path
-                self._key(line)
-            return
-        b = _BRIDGE.search(line)
-        if b:
-            others = self.ev.bridge_imports.setdefault("other", [])
-            if b.group(1) not in others and len(others) < MAX_ITEMS:
-                others.append(b.group(1))
+            key = st.metrics.start_validation(line)
+            if key is not None:
+                st.key(key)
+                if st.metrics.pending is not None:
+                    self._continue_validation(buf, end)
 
     def _failure(self, line: str) -> None:
-        ev = self.ev
-        for f in _FRAME.finditer(line):
-            self._in_traceback = True
-            name = f.group(1) or f.group(2)
-            if name and len(self._frames) < 500:
-                self._frames[name] = None
-                if name.startswith("actor_rollout_"):
-                    self._frames[name.removeprefix("actor_rollout_")] = None
+        st = self.state
         for sig in self.signatures:
-            if sig.name not in self._signature_hits and sig.needle in line and sig.regex.search(line):
-                self._signature_hits[sig.name] = line[:500]
-        if _RESIDUAL.search(line):
-            if len(self._residual) < MAX_ITEMS:
-                self._residual.append((line[:300], self._last_step_seen))
+            if sig.name not in st.hits and sig.needle in line and sig.regex.search(line):
+                st.hits[sig.name] = line[:500]
+        if RESIDUAL.search(line):
+            if len(st.residual) < MAX_ITEMS:
+                st.residual.append((line[:300], st.metrics.step_lines > 0))
             return
-        if _UNHANDLED.search(line):
-            ev.unhandled_error = True
-            self._in_traceback = True
-        ray = _RAY_TASK_ERROR.search(line)
-        if ray:
-            self._in_traceback = True
-            if ev.exception is None or self._exception_standalone:
-                self._exception_standalone = False
-                ev.exception = {"type": ray.group(1), "message": ""}
-                self._awaiting_message = ray.group(1)
-                self._key(line)
-            return
-        m = _EXCEPTION.match(line.strip())
-        if not m:
-            return
-        in_traceback, self._in_traceback = self._in_traceback, False
-        etype, message = m.group(1), (m.group(2) or "").strip()
-        if etype in IGNORED_EXCEPTIONS:
-            ev.interrupted = ev.interrupted or etype == "KeyboardInterrupt"
-            return
-        if ev.exception is None or (self._exception_standalone and in_traceback):
-            ev.exception = {"type": etype, "message": message[:500]}
-            self._exception_standalone = not in_traceback
-            self._key(line)
-        elif self._awaiting_message == etype and not ev.exception["message"] and message:
-            ev.exception["message"] = message[:500]
-            self._awaiting_message = None
-            self._key(line)
-
-    def _key(self, line: str) -> None:
-        text = line[:300]
-        if len(self.ev.key_lines) < MAX_ITEMS and text not in self.ev.key_lines:
-            self.ev.key_lines.append(text)
+        if st.tracebacks.line(line, st.metrics.step_lines):
+            st.key(line)
 
     # ------------------------------------------------------------------------------------ summary
 
@@ -542,115 +298,69 @@ class LogParser:
 
     def finish(self) -> Evidence:
         self.flush()
-        self.ev.residual_noise = [line for line, after_step in self._residual if after_step]
-        return self.summarize()
-
-    def summarize(self) -> Evidence:
-        """Derive the summary fields (stage, failure class, ...) from what was collected."""
-        ev = self.ev
-        ev.saves = sorted(set(ev.saves))
-        ev.frames = list(self._frames)[:MAX_ITEMS]
-        ev.zero_grad_norm = _stuck_at_zero(self._grad_norms)
-        ev.series = {k: [[f[i], f[i + 1]] for i in range(0, len(f), 2)] for k, f in self._series.items()}
-        ev.stage = self._stage()
-        ev.failure_class, ev.failure_signature, ev.failure_line, ev.hint = self._classify()
-        return ev
-
-    def _stage(self) -> str:
-        """How far the run got: setup < model_build < training < checkpoint < done."""
-        ev, frames = self.ev, self._frames.keys()
-        done = ev.progress_total is not None and ev.max_step is not None and ev.max_step >= ev.progress_total
-        if done or ev.final_validation is not None:
-            return "done"
-        if ev.saves or frames & SAVE_FRAMES:
-            return "checkpoint"
-        if ev.step_lines or ev.progress_final is not None or ev.resumed_from is not None:
-            return "training"
-        if frames & (MODEL_BUILD_FRAMES | LOAD_FRAMES):
-            return "model_build"
-        return "setup"
-
-    def _classify(self) -> tuple[str, str | None, str | None, str | None]:
-        ev = self.ev
-        failed = ev.exception is not None or ev.unhandled_error
-        by_name = {s.name: s for s in self.signatures}
-        strong = [s for s in self.signatures if s.failure_class != "runtime" and s.name in self._signature_hits]
-        if strong:
-            s = strong[0]
-            return s.failure_class, s.name, self._signature_hits[s.name], s.hint
-        if ev.interrupted and ev.exception is None:
-            return "interrupted", None, None, "the run was interrupted (Ctrl-C or a cancelled job); rerun it"
-        frames = self._frames.keys()
-        if failed or self._signature_hits:
-            if frames & LOAD_FRAMES:
-                return "checkpoint_load", None, None, "rerun Level 1 to separate saving from loading"
-            if frames & SAVE_FRAMES:
-                return (
-                    "checkpoint_save",
-                    None,
-                    None,
-                    "rerun with SAVE_FREQ=-1 to separate construction from checkpointing",
-                )
-            if frames & MODEL_BUILD_FRAMES:
-                return (
-                    "model_build",
-                    None,
-                    None,
-                    "check the provider is finalized with verl's mpu parallel sizes",
-                )
-        if ev.exception is not None and ev.exception["type"] in ("ImportError", "ModuleNotFoundError"):
-            return (
-                "setup",
-                None,
-                None,
-                "a dependency is missing or mismatched in the image; fix the environment",
-            )
-        if ev.exception is not None and ev.exception["type"] == "FileNotFoundError" and ev.stage == "setup":
-            return "setup", None, None, "a data or model file is missing; run the cache warm-up"
-        weak = [by_name[n] for n in self._signature_hits if by_name[n].failure_class == "runtime"]
-        if weak and (failed or ev.stage != "done"):
-            s = weak[0]
-            return "runtime", s.name, self._signature_hits[s.name], s.hint
-        if failed:
-            return "runtime", None, None, None
-        if ev.nan_or_inf_in_metrics:
-            return (
-                "nan",
-                None,
-                None,
-                "NaN/Inf in training metrics; check loss scaling, LR and the provider's init",
-            )
-        return "none", None, None, None
+        return summarize(self.state, self.signatures)
 
 
-def _unquote(parts: list[str]) -> str:
-    """Join pprint-wrapped string fragments: `("Final ...: {'a': "` + ` '0.8}')` -> `{'a': 0.8}`."""
-    out = []
-    for part in parts:
-        p = part.strip()
-        if p.startswith("("):
-            p = p[1:]
-        if p.endswith(")"):
-            p = p[:-1]
-        if len(p) >= 2 and p[0] in "'\"" and p[-1] == p[0]:
-            p = p[1:-1]
-        out.append(p)
-    # The header's remainder still ends in the quote that opened pprint's next fragment: `...': "`.
-    return _DANGLING_QUOTE.sub(r"\1", "".join(out))
-
-
-def _stuck_at_zero(values: list[tuple[float, bool]]) -> bool:
-    """Grad norm stuck at zero: several steps all exactly zero, or one step printed unrounded as 0."""
-    if not values or any(v != 0 for v, _ in values):
-        return False
-    return len(values) >= 2 or values[0][1]
+def summarize(st: State, signatures: Iterable[Signature]) -> Evidence:
+    """Evidence from a parse's collected state (sequential, or folded from parallel ranges)."""
+    m, sg, tb = st.metrics, st.stages, st.tracebacks
+    root = tb.root(m.step_lines)
+    exception = tb.exception(m.step_lines)
+    role = root_role(root)
+    ev = Evidence(
+        max_step=m.max_step,
+        step_lines=m.step_lines,
+        progress_final=sg.progress_final,
+        progress_total=sg.progress_total,
+        saves=sorted(set(sg.saves)),
+        resumed_from=sg.resumed_from,
+        from_scratch=sg.from_scratch,
+        tracker_missing=sg.tracker_missing,
+        exception=exception,
+        interrupted=tb.interrupted,
+        unhandled_error=tb.unhandled,
+        nan_or_inf_in_metrics=m.nan,
+        nan_metrics=m.nan_metrics,
+        zero_grad_norm=m.zero_grad_norm(),
+        traced_env=sg.traced_env,
+        command=sg.command,
+        bridge_imports=sg.bridge_imports,
+        initial_validation=m.initial_validation,
+        final_validation=m.final_validation,
+        series=m.series_points(),
+        frames=[f for f, _ in root.frames][-MAX_ITEMS:] if root else [],
+        failed_in=role,
+        residual_noise=[line for line, after_step in st.residual if after_step][:MAX_ITEMS],
+        key_lines=st.key_lines,
+        bytes_read=st.bytes_read,
+    )
+    ev.stage = stage(
+        sg,
+        max_step=m.max_step,
+        step_lines=m.step_lines,
+        validated=m.final_validation is not None,
+        role=role,
+        empty=st.bytes_read == 0,
+    )
+    failed = tb.unhandled or (root is not None and exception is not None)
+    ev.failure_class, ev.failure_signature, ev.failure_line, ev.hint = classify(
+        root,
+        exception,
+        st.hits,
+        tuple(signatures),
+        interrupted=tb.interrupted,
+        failed=failed,
+        finished=ev.stage == "done",
+        nan=m.nan,
+    )
+    return ev
 
 
 def render_evidence(ev: Evidence) -> str:
     """A short human reading of a log's evidence."""
     exc = f"{ev.exception['type']}: {ev.exception['message'][:200]}" if ev.exception else "none"
     rows = [
-        ("stage reached", ev.stage),
+        ("stage reached", ev.stage + (f" (failed in {ev.failed_in})" if ev.failed_in else "")),
         ("failure class", ev.failure_class + (f" ({ev.failure_signature})" if ev.failure_signature else "")),
         ("first exception", exc),
         ("steps", f"{ev.step_lines} step lines, last step {ev.max_step}"),

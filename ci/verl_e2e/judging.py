@@ -7,9 +7,11 @@ The I/O edge around the pure `evidence` and `verdict` modules; `verl-e2e judge R
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from verl_e2e import junit
+from verl_e2e.cells import Cell
 from verl_e2e.evidence import Evidence
 from verl_e2e.parallel import parse_file
 from verl_e2e.rundir import load_run_dir, write_json
@@ -18,13 +20,23 @@ from verl_e2e.verdict import Verdict, judge
 
 
 def judge_run_dir(
-    path: str | Path, baseline_log: str | Path | None = None, signatures: Iterable[Signature] | None = None
+    path: str | Path,
+    baseline_log: str | Path | None = None,
+    signatures: Iterable[Signature] | None = None,
+    cell: Cell | None = None,
 ) -> Verdict:
+    """Judge a run dir; `cell` (the planned one) overrides the run dir's cell.json, whose checks a
+    run could have rewritten; limitations the run recorded on its copy are kept."""
     run = load_run_dir(path)
+    if cell is not None:
+        extra = [x for x in run.cell.limitations if x not in cell.limitations]
+        run = replace(run, cell=replace(cell, limitations=[*cell.limitations, *extra]))
     sigs = tuple(signatures) if signatures is not None else None
     evidences: dict[str, Evidence] = {}
+    log_sizes: dict[str, int | None] = {}
     for phase in run.phases:
         log = run.log_path(phase)
+        log_sizes[phase.name] = log.stat().st_size if log.is_file() else None
         if phase.status != "not_run" and log.is_file():
             evidences[phase.name] = parse_file(log, sigs)
     baseline = parse_file(baseline_log, sigs) if baseline_log else None
@@ -37,6 +49,8 @@ def judge_run_dir(
         checkpoints=run.checkpoints,
         baseline=baseline,
         log_capture=str(run.path),
+        log_sizes=log_sizes,
+        problems=run.problems,
     )
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())

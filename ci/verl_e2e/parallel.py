@@ -12,31 +12,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from verl_e2e.evidence import CHUNK, MAX_ITEMS, MAX_SERIES, Evidence, LogParser, parse_stream
-from verl_e2e.signatures import Signature
+from verl_e2e.evidence import CHUNK, Evidence, LogParser, State, parse_stream, summarize
+from verl_e2e.signatures import Signature, default_signatures
 
 PARALLEL_MIN_BYTES = 48 << 20  # below this, forking costs more than it saves
 
 
-@dataclass
-class Partial:
-    """What one range produced: its Evidence plus the parser state the merge needs."""
-
-    ev: Evidence
-    grad_norms: list[tuple[float, bool]]
-    series: dict[str, list[float]]
-    signature_hits: dict[str, str]
-    frames: list[str]
-    residual: list[tuple[str, bool]]
-    exception_standalone: bool
-    awaiting_message: str | None
-
-
-def _parse_range(path: str, start: int, end: int, signatures: tuple[Signature, ...] | None) -> Partial:
+def _parse_range(path: str, start: int, end: int, signatures: tuple[Signature, ...] | None) -> State:
     parser = LogParser(signatures)
     parser.scan_trace = start == 0
     with Path(path).open("rb") as fh:
@@ -52,88 +36,19 @@ def _parse_range(path: str, start: int, end: int, signatures: tuple[Signature, .
             parser.feed(chunk)
         parser.feed(fh.readline())  # finish the line in progress at `end`
         for _ in range(40):  # a validation dict may continue on the next lines
-            if parser._pending_validation is None:
+            if parser.state.metrics.pending is None:
                 break
             parser.feed(fh.readline())
     parser.flush()
-    return Partial(
-        parser.ev,
-        parser._grad_norms,
-        parser._series,
-        parser._signature_hits,
-        list(parser._frames),
-        parser._residual,
-        parser._exception_standalone,
-        parser._awaiting_message,
-    )
+    return parser.state
 
 
-def _exception(parts: list[Partial]) -> dict[str, str] | None:
-    """First traceback-backed exception, else the first standalone one; fill a message left pending."""
-    chosen = next((i for i, p in enumerate(parts) if p.ev.exception and not p.exception_standalone), None)
-    if chosen is None:
-        chosen = next((i for i, p in enumerate(parts) if p.ev.exception), None)
-    if chosen is None:
-        return None
-    exc = dict(parts[chosen].ev.exception or {})
-    waiting = parts[chosen].awaiting_message
-    if waiting and not exc.get("message"):
-        for later in parts[chosen + 1 :]:
-            if later.ev.exception and later.ev.exception["type"] == waiting and later.ev.exception["message"]:
-                exc["message"] = later.ev.exception["message"]
-                break
-    return exc
-
-
-def merge(parts: list[Partial], signatures: tuple[Signature, ...] | None) -> Evidence:
-    out = LogParser(signatures)
-    ev = out.ev
-    steps_before = False
-    for p in parts:
-        e = p.ev
-        ev.bytes_read += e.bytes_read
-        ev.step_lines += e.step_lines
-        if e.max_step is not None:
-            ev.max_step = e.max_step if ev.max_step is None else max(ev.max_step, e.max_step)
-        if e.progress_final is not None:
-            ev.progress_final, ev.progress_total = e.progress_final, e.progress_total
-        ev.saves += e.saves
-        ev.resumed_from = e.resumed_from if e.resumed_from is not None else ev.resumed_from
-        for flag in (
-            "from_scratch",
-            "tracker_missing",
-            "interrupted",
-            "unhandled_error",
-            "nan_or_inf_in_metrics",
-        ):
-            setattr(ev, flag, getattr(ev, flag) or getattr(e, flag))
-        ev.nan_metrics = (ev.nan_metrics + e.nan_metrics)[:MAX_ITEMS]
-        ev.traced_env.update(e.traced_env)
-        ev.command = ev.command or e.command
-        _merge_bridge(ev.bridge_imports, e.bridge_imports)
-        ev.initial_validation = ev.initial_validation or e.initial_validation
-        ev.final_validation = e.final_validation or ev.final_validation
-        for key, flat in p.series.items():
-            into = out._series.setdefault(key, [])
-            into += flat[: 2 * MAX_SERIES - len(into)]
-        ev.key_lines = list(dict.fromkeys(ev.key_lines + e.key_lines))[:MAX_ITEMS]
-        out._grad_norms += p.grad_norms
-        for name, line in p.signature_hits.items():
-            out._signature_hits.setdefault(name, line)
-        out._frames.update(dict.fromkeys(p.frames))
-        ev.residual_noise += [line for line, after in p.residual if after or steps_before]
-        steps_before = steps_before or e.step_lines > 0
-    ev.residual_noise = ev.residual_noise[:MAX_ITEMS]
-    ev.exception = _exception(parts)
-    return out.summarize()
-
-
-def _merge_bridge(into: dict[str, Any], new: dict[str, Any]) -> None:
-    for key, value in new.items():
-        if key in ("other", "processes"):
-            into[key] = list(dict.fromkeys([*into.get(key, []), *value]))[:MAX_ITEMS]
-        else:
-            into.setdefault(key, value)
+def merge(parts: list[State], signatures: tuple[Signature, ...] | None) -> Evidence:
+    """Fold the ranges' states in log order, then summarize as a sequential parse would."""
+    total = parts[0]
+    for later in parts[1:]:
+        total.absorb(later)
+    return summarize(total, signatures if signatures is not None else default_signatures())
 
 
 def parse_file(

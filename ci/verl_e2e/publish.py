@@ -7,7 +7,6 @@ allowed (a token without `checks: write`), a commit status carries the same conc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +15,8 @@ from typing import Any
 from verl_e2e import junit, report
 from verl_e2e.errors import UsageError
 from verl_e2e.github import ForbiddenError, GitHubClient
-from verl_e2e.judging import judge_run_dir
 from verl_e2e.report import Context
-from verl_e2e.verdict import Verdict, verdict_from_json
+from verl_e2e.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -29,31 +27,6 @@ class PublishOptions:
     summary: Path | None = None
     junit: Path | None = None
     dry_run: bool = False
-
-
-def collect(paths: Sequence[Path], say: Callable[[str], None] = print, allow_empty: bool = False) -> list[Verdict]:
-    """Every verdict under the given run dirs (or directories of run dirs); unjudged runs are judged.
-
-    `allow_empty`: a plan without cells leaves no run dirs, and the report still has to say so.
-    """
-    verdicts: dict[str, Verdict] = {}
-    for root in paths:
-        if not root.exists():
-            if allow_empty:
-                continue
-            raise UsageError(f"report: {root}: no such directory; pass run dirs or the directory holding them")
-        dirs = sorted({p.parent for p in root.rglob("cell.json")})
-        if not dirs and not allow_empty:
-            raise UsageError(f"report: {root}: no run dirs (no cell.json below it)")
-        for run in dirs:
-            verdict_file = run / "verdict.json"
-            if verdict_file.is_file():
-                v = verdict_from_json(json.loads(verdict_file.read_text(encoding="utf-8")))
-            else:
-                say(f"{run}: no verdict yet (the cell job stopped early); judging it now")
-                v = judge_run_dir(run)
-            verdicts[v.cell_id] = v
-    return [verdicts[k] for k in sorted(verdicts)]
 
 
 def upsert_comment(client: GitHubClient, repo: str, pr: int, body: str) -> tuple[str, int]:

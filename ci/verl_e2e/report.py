@@ -73,7 +73,7 @@ def key_line(v: Verdict) -> str:
 
 def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     result = overall(verdicts, ctx)
-    counts = Counter(v.result for v in verdicts)
+    counts: Counter[str] = Counter(v.result for v in verdicts)
     parts = ", ".join(f"{counts[r]} {r.lower()}" for r in ("Pass", "Fail", "Blocked", "Skipped") if counts[r])
     title = f"## {ICON[result]} verl-e2e: {result}"
     if verdicts:

@@ -603,6 +603,7 @@ def _merge_provenance(out: Path, info: Mapping[str, Any]) -> None:
         }
     if "image" in info:
         provenance["image"] = {"tag": info["image"], "id": info.get("image_id")}
+    provenance["host_exit_code"] = info.get("exit_code")
     _write(path, provenance)
 
 

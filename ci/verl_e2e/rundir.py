@@ -38,6 +38,8 @@ class PhaseRun:
     duration_s: float | None = None
     command: str | None = None
     log_tail: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # the variables the cell set for this phase
+    cwd: str | None = None  # where the wrapper ran (the verl checkout)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,8 @@ class PhaseRun:
             "duration_s": self.duration_s,
             "command": self.command,
             "log_tail": self.log_tail,
+            "env": self.env,
+            "cwd": self.cwd,
         }
 
 
@@ -105,6 +109,8 @@ def load_run_dir(path: str | Path) -> RunDir:
                     duration_s=item.get("duration_s"),
                     command=item.get("command"),
                     log_tail=list(item.get("log_tail", [])),
+                    env={str(k): str(v) for k, v in (item.get("env") or {}).items()},
+                    cwd=item.get("cwd"),
                 )
             )
     else:

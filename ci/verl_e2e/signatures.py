@@ -35,6 +35,7 @@ class Signature:
     needle: str
     regex: re.Pattern[str]
     hint: str
+    example: str | None = None  # a line it must match (checked by a test)
 
 
 def build_signatures(entries: Iterable[Mapping[str, Any]], where: str) -> tuple[Signature, ...]:
@@ -51,7 +52,8 @@ def build_signatures(entries: Iterable[Mapping[str, Any]], where: str) -> tuple[
         needle = entry.get("needle") or entry["regex"]
         if not isinstance(needle, str) or not needle:
             raise ConfigError(f"{spot}.needle: expected a non-empty literal that every matching line contains")
-        out.append(Signature(entry.get("name", f"signature-{i}"), cls, needle, regex, entry.get("hint", "")))
+        name = entry.get("name", f"signature-{i}")
+        out.append(Signature(name, cls, needle, regex, entry.get("hint", ""), entry.get("example")))
     return tuple(out)
 
 

@@ -1,24 +1,27 @@
-"""Evidence -> Verdict: the level's checks decide Pass / Fail / Blocked / Skipped, per the skill.
+"""Evidence -> Verdict: the level's checks decide Pass / Fail / Blocked, in the skill's words.
 
 Pure: takes the run dir's records and each phase's Evidence, returns a Verdict with the skill's five
-deliverables, the checks behind them, key lines, limitations and follow-ups. Blocked means the run
-stopped before Bridge model construction for environment reasons, or imported the wrong Bridge; it
-is never evidence against the provider.
+deliverables (each Pass, Fail, Skipped or Not requested), the checks behind them, key lines,
+limitations and follow-ups. Blocked is only ever the overall result: the run stopped for the
+environment (data, reward model, Ray, vLLM, dependencies, disk, cluster) or imported the wrong
+Bridge, so it is not evidence against the provider. A cell that never ran is a Fail, not a Skip.
 """
 
 from __future__ import annotations
 
-import statistics
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from verl_e2e.cells import Cell
+from verl_e2e.checks import Check, bridge_import, build_checks
 from verl_e2e.evidence import Evidence
 from verl_e2e.rundir import PhaseRun
 
-Result = Literal["Pass", "Fail", "Blocked", "Skipped", "Not requested"]
-BLOCKING_AT_SETUP = frozenset({"nccl", "oom", "hang", "interrupted"})
+Result = Literal["Pass", "Fail", "Blocked"]
+DeliverableResult = Literal["Pass", "Fail", "Skipped", "Not requested"]
+CLUSTER_AT_SETUP = frozenset({"nccl", "oom", "hang", "interrupted"})  # before model build: the cluster, not Bridge
 TRIAGE = {
     "model_build": "check that the provider is finalized with verl's mpu parallel sizes (TP/PP/CP/EP)",
     "checkpoint_save": "rerun with SAVE_FREQ=-1 to separate model construction from checkpointing",
@@ -30,21 +33,16 @@ TRIAGE = {
     "nccl": "a collective failed: check the runner's GPUs and NCCL settings, then rerun",
     "setup": "fix the runner environment (data, reward model, Ray, disk, dependencies), then rerun",
     "interrupted": "the run was interrupted or cancelled; rerun it",
+    "killed": "a process was killed with SIGKILL and no out-of-memory line says why; check the host's kernel log",
+    "did_not_run": "the cell never reached verl's wrapper; read driver.log in the run dir",
+    "harness": "the cell harness failed; read driver.log in the run dir and report it to verl-e2e",
 }
-SCORE_KEYS = ("critic/score/mean", "critic/rewards/mean")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    result: Literal["Pass", "Fail", "Skipped"]
-    detail: str
 
 
 @dataclass(frozen=True)
 class Deliverable:
     name: str
-    result: Result
+    result: DeliverableResult
     detail: str
 
 
@@ -74,171 +72,6 @@ class Verdict:
         return asdict(self)
 
 
-# ---------------------------------------------------------------------------------------------- checks
-
-
-def _bridge_tests(tests: Mapping[str, Any] | None) -> Check:
-    if not tests:
-        return Check("bridge_tests", "Skipped", "focused Bridge tests were not run")
-    status = str(tests.get("status", "")).lower()
-    command = tests.get("command", "focused Bridge tests")
-    summary = tests.get("summary", "")
-    if status in ("pass", "passed"):
-        return Check("bridge_tests", "Pass", f"{command} ({summary})".strip())
-    if status in ("fail", "failed", "error"):
-        return Check("bridge_tests", "Fail", f"{command}: {summary or 'failed'}")
-    return Check("bridge_tests", "Skipped", tests.get("reason", f"{command}: {status or 'not run'}"))
-
-
-def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) -> tuple[Check, bool]:
-    """(check, wrong_bridge). Both the driver and a Ray worker must import the mounted checkout."""
-    recorded: dict[str, str] = {}
-    processes: list[str] = []
-    for ev in evidences:
-        for where in ("driver", "ray-worker"):
-            if where in ev.bridge_imports:
-                recorded.setdefault(where.replace("-", "_"), ev.bridge_imports[where])
-        processes += ev.bridge_imports.get("processes", [])
-    for where, path in (provenance.get("bridge_import") or {}).items():
-        if isinstance(path, str):
-            recorded[where.replace("-", "_")] = path
-    expected = (provenance.get("bridge") or {}).get("src")
-    if not recorded:
-        return Check("local_bridge_import", "Fail", "the imported megatron.bridge path was not recorded"), False
-
-    def local(path: str) -> bool:
-        if expected:
-            return path.startswith(expected.rstrip("/") + "/")
-        return "/src/megatron/bridge/" in path and "-packages/" not in path
-
-    wrong = {w: p for w, p in recorded.items() if not local(p)}
-    stray = [p for p in processes if not local(p)]
-    if stray:
-        wrong["a verl process"] = stray[0]
-    if wrong:
-        where, path = next(iter(wrong.items()))
-        return Check("local_bridge_import", "Fail", f"{where} imported {path}, not the checkout under test"), True
-    missing = [w for w in ("driver", "ray_worker") if w not in recorded]
-    shown = recorded.get("ray_worker") or recorded.get("driver") or ""
-    if processes:
-        shown += f" (and {len(processes)} verl process(es) imported the same checkout)"
-    if missing:
-        return Check("local_bridge_import", "Fail", f"{shown} (no {' or '.join(missing)} record)"), False
-    return Check("local_bridge_import", "Pass", shown), False
-
-
-def _vanilla(evidences: Mapping[str, Evidence]) -> Check:
-    seen = {name: ev.traced_env.get("VANILLA_MBRIDGE") for name, ev in evidences.items()}
-    if seen and all(v == "False" for v in seen.values()):
-        return Check("vanilla_mbridge_false", "Pass", "VANILLA_MBRIDGE=False")
-    bad = {n: v for n, v in seen.items() if v != "False"}
-    detail = ", ".join(f"{n}: {'not traced' if v is None else 'VANILLA_MBRIDGE=' + v}" for n, v in bad.items())
-    return Check("vanilla_mbridge_false", "Fail", detail or "no phase log")
-
-
-def _steps(cell: Cell, evidences: Mapping[str, Evidence]) -> Check:
-    notes = []
-    ok = True
-    for phase in cell.phases:
-        want = int(phase.expect.get("steps", 1))
-        ev = evidences.get(phase.name)
-        got = ev.max_step if ev else None
-        notes.append(f"{phase.name}: step {got if got is not None else 'none'}/{want}")
-        ok = ok and got is not None and got >= want
-    return Check("steps_completed", "Pass" if ok else "Fail", "; ".join(notes))
-
-
-def _exit(phases: Sequence[PhaseRun]) -> Check:
-    bad = [
-        f"{p.name}: {p.status}" + (f" (exit {p.exit_code})" if p.exit_code not in (None, 0) else "")
-        for p in phases
-        if p.status != "ok" or p.exit_code != 0
-    ]
-    return Check("exit_zero", "Fail" if bad else "Pass", "; ".join(bad) or "every phase exited 0")
-
-
-def _saves(cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str, Any] | None) -> Check:
-    notes, ok = [], True
-    for phase in cell.phases:
-        want = [int(s) for s in phase.expect.get("saves", [])]
-        if not want:
-            continue
-        ev = evidences.get(phase.name)
-        on_disk = [int(s) for s in ((listing or {}).get(phase.name) or {}).get("steps", [])]
-        got = sorted(set((ev.saves if ev else []) + on_disk))
-        notes.append(f"{phase.name}: saved {got or 'nothing'}, expected {want}")
-        ok = ok and set(want) <= set(got)
-    return Check("saves", "Pass" if ok else "Fail", "; ".join(notes) or "no save expected")
-
-
-def _resume(cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str, Any] | None) -> Check:
-    notes, ok = [], True
-    for phase in cell.phases:
-        expect = phase.expect
-        ev = evidences.get(phase.name)
-        if "resumed_from" in expect:
-            got = ev.resumed_from if ev else None
-            notes.append(f"{phase.name}: resumed from {got if got is not None else 'nothing'}")
-            ok = ok and got == int(expect["resumed_from"])
-        if "tracker" in expect:
-            tracker = ((listing or {}).get(phase.name) or {}).get("tracker")
-            source = "latest_checkpointed_iteration.txt"
-            if tracker is None and ev and ev.saves:
-                tracker, source = max(ev.saves), "last save in the log"
-            notes.append(f"tracker {tracker if tracker is not None else 'missing'} ({source})")
-            ok = ok and tracker is not None and int(tracker) == int(expect["tracker"])
-    return Check("resume", "Pass" if ok else "Fail", "; ".join(notes) or "no resume expected")
-
-
-def _no_nan(evidences: Mapping[str, Evidence]) -> Check:
-    bad = [m for ev in evidences.values() for m in ev.nan_metrics]
-    if any(ev.nan_or_inf_in_metrics for ev in evidences.values()):
-        return Check("no_nan", "Fail", "NaN/Inf in " + ", ".join(bad[:3]))
-    return Check("no_nan", "Pass", "no NaN/Inf in loss, reward, KL, entropy, grad norm or logprob metrics")
-
-
-def _grad_norm(evidences: Mapping[str, Evidence]) -> Check:
-    points = [p for ev in evidences.values() for p in ev.series.get("actor/grad_norm", [])]
-    if not points:
-        return Check("grad_norm_nonzero", "Fail", "no actor/grad_norm metric was logged")
-    if any(ev.zero_grad_norm for ev in evidences.values()):
-        return Check("grad_norm_nonzero", "Fail", f"actor/grad_norm stuck at 0 over {len(points)} steps")
-    return Check("grad_norm_nonzero", "Pass", f"actor/grad_norm nonzero over {len(points)} steps")
-
-
-def _thirds(series: list[list[float]]) -> tuple[float, float]:
-    values = [v for _, v in sorted(series)]
-    k = max(1, len(values) // 3)
-    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
-
-
-def learning_signal(evidences: Mapping[str, Evidence], baseline: Evidence | None = None) -> Check:
-    """Reward (or score) trend against the start, and against a baseline run when one is given."""
-    ev = next(iter(evidences.values()), None)
-    if ev is None:
-        return Check("learning_signal", "Fail", "no log")
-    key = next((k for k in SCORE_KEYS if len(ev.series.get(k, [])) >= 4), None)
-    if key is None:
-        return Check("learning_signal", "Fail", "fewer than 4 steps of reward/score metrics were logged")
-    start, end = _thirds(ev.series[key])
-    notes = [f"{key} {start:.3f} -> {end:.3f} (first vs last third)"]
-    ok = end > start
-    val_i, val_f = ev.initial_validation, ev.final_validation
-    if val_i and val_f:
-        common = sorted(set(val_i) & set(val_f))
-        if common:
-            k = common[0]
-            notes.append(f"{k} {val_i[k]:.3f} -> {val_f[k]:.3f}")
-            ok = ok and val_f[k] >= val_i[k]
-    if baseline is not None and len(baseline.series.get(key, [])) >= 4:
-        _, base_end = _thirds(baseline.series[key])
-        tolerance = max(0.05, abs(base_end) * 0.1)
-        notes.append(f"baseline ends at {base_end:.3f} (tolerance {tolerance:.3f})")
-        ok = ok and end >= base_end - tolerance
-    verdict = "learning-signal passed" if ok else "no learning signal"
-    return Check("learning_signal", "Pass" if ok else "Fail", f"{verdict}: " + "; ".join(notes))
-
-
 # --------------------------------------------------------------------------------------------- judging
 
 
@@ -247,16 +80,17 @@ def _failure(phases: Sequence[PhaseRun], evidences: Mapping[str, Evidence]) -> t
     for phase in phases:
         ev = evidences.get(phase.name)
         stage = ev.stage if ev else "setup"
+        found = ev.failure_class if ev is not None else "none"
         if phase.status == "timeout":
             return "hang", phase.name, stage
         if phase.status == "killed":
-            return "oom", phase.name, stage
+            return (found if found in ("oom", "setup") else "killed"), phase.name, stage
         if phase.status == "cancelled":
             return "interrupted", phase.name, stage
-        if ev is not None and ev.failure_class not in ("none", "nan"):
-            return ev.failure_class, phase.name, stage
+        if found not in ("none", "nan"):
+            return found, phase.name, stage
         if phase.status in ("failed", "error") or (phase.exit_code not in (None, 0)):
-            return (ev.failure_class if ev and ev.failure_class != "none" else "runtime"), phase.name, stage
+            return (found if found != "none" else "runtime"), phase.name, stage
     return "none", None, "done"
 
 
@@ -310,14 +144,16 @@ class _Outcome:
     failed_phase: str | None
 
 
-def _outcome(
+def _outcome(  # noqa: PLR0917 - one call site, every argument a different record
     phases: Sequence[PhaseRun],
     evidences: Mapping[str, Evidence],
     checks: Sequence[Check],
     wrong_bridge: str | None,
-    setup_failure: Mapping[str, Any] | None,
+    provenance: Mapping[str, Any],
+    problems: Sequence[str],
 ) -> _Outcome:
     failure_class, failed_phase, stage = _failure(phases, evidences)
+    setup_failure = provenance.get("setup_failure")
     if wrong_bridge is not None:
         reason = f"wrong Bridge imported ({wrong_bridge}): not evidence either way"
         return _Outcome("Blocked", reason, "setup", failed_phase)
@@ -325,10 +161,17 @@ def _outcome(
         klass = str(setup_failure.get("class", "setup"))
         reason = f"{setup_failure.get('step', 'setup')}: {setup_failure.get('reason', 'failed')}"
         return _Outcome("Blocked" if klass == "setup" else "Fail", reason, klass, None)
+    broken = [p for p in problems if p.startswith("phases.json")]
+    if broken:
+        return _Outcome("Blocked", f"the run dir's {broken[0]}: its phases cannot be judged", "harness", None)
     if all(p.status == "not_run" for p in phases):
-        return _Outcome("Skipped", "the cell did not run", failure_class, failed_phase)
-    if failure_class == "setup" or (failure_class in BLOCKING_AT_SETUP and stage == "setup"):
-        reason = f"{failure_class} failure before Bridge model construction"
+        exit_code = provenance.get("host_exit_code")
+        why = f"the cell did not run (the driver exited {exit_code} before the first phase)"
+        return _Outcome("Fail", why if exit_code is not None else "the cell did not run", "did_not_run", None)
+    if failure_class == "setup":
+        return _Outcome("Blocked", "stopped by the environment, not by the provider", failure_class, failed_phase)
+    if failure_class in CLUSTER_AT_SETUP and stage in ("empty", "setup"):
+        reason = f"{failure_class} before Bridge model construction (cluster setup)"
         return _Outcome("Blocked", reason, failure_class, failed_phase)
     if any(c.result == "Fail" for c in checks) or failure_class != "none":
         return _Outcome("Fail", "", failure_class, failed_phase)
@@ -340,9 +183,13 @@ def _headline(cell: Cell, out: _Outcome, checks: Sequence[Check], evidences: Map
     what = f"Level {cell.level} ({cell.variant}) of {model} through verl's Megatron PPO"
     if out.result == "Pass":
         return f"Pass - {what}"
-    if out.result == "Skipped":
-        return f"Skipped - {out.reason}"
-    cause = out.reason or (f"{out.failure_class} in phase {out.failed_phase}" if out.failed_phase else "checks failed")
+    where = f" in phase {out.failed_phase}" if out.failed_phase else ""
+    if out.failure_class == "killed":
+        cause = f"killed (137){where}"
+    elif out.failure_class == "oom" and any(ev.failure_signature for ev in evidences.values()):
+        cause = f"out of memory{where}"
+    else:
+        cause = out.reason or (f"{out.failure_class}{where}" if out.failed_phase else "checks failed")
     first_exc = next((ev.exception for ev in evidences.values() if ev.exception), None)
     if first_exc:
         cause += f": {first_exc['type']}: {first_exc['message'][:160]}".rstrip(": ")
@@ -353,10 +200,26 @@ def _headline(cell: Cell, out: _Outcome, checks: Sequence[Check], evidences: Map
     return f"{out.result} - {what}: {cause}"
 
 
+def _log_capture(ran: Sequence[PhaseRun], log_sizes: Mapping[str, int | None], where: str) -> Deliverable:
+    missing = [p.log for p in ran if log_sizes.get(p.name) is None]
+    empty = [p.log for p in ran if log_sizes.get(p.name) == 0]
+    if not ran:
+        return Deliverable("Log capture", "Fail", f"{where}: no phase ran, so no verl log was written")
+    if missing or empty:
+        bad = [f"{name} missing" for name in missing] + [f"{name} empty" for name in empty]
+        return Deliverable("Log capture", "Fail", f"{where}: {', '.join(bad)}")
+    sizes = ", ".join(f"{p.log} ({log_sizes[p.name]} bytes)" for p in ran)
+    return Deliverable("Log capture", "Pass", f"{where}: {sizes}")
+
+
 def _deliverables(
-    cell: Cell, phases: Sequence[PhaseRun], checks: Sequence[Check], out: _Outcome, log_capture: str
+    cell: Cell,
+    phases: Sequence[PhaseRun],
+    checks: Sequence[Check],
+    log_sizes: Mapping[str, int | None],
+    log_capture: str,
 ) -> list[Deliverable]:
-    """The skill's five deliverables, from the checks."""
+    """The skill's five deliverables, from the checks (Blocked is the overall result, never one of these)."""
     by_name = {c.name: c for c in checks}
     ran = [p for p in phases if p.status != "not_run"]
     run_checks = [by_name[n] for n in ("steps_completed", "exit_zero", "vanilla_mbridge_false") if n in by_name]
@@ -366,6 +229,8 @@ def _deliverables(
     ]
     if cell.level == 0:
         variants = Deliverable("Requested variants", "Not requested", "Level 0 only")
+    elif not ran:
+        variants = Deliverable("Requested variants", "Skipped", f"{cell.variant}: the cell did not run")
     elif variant_checks:
         passed = all(c.result == "Pass" for c in variant_checks)
         detail = "; ".join(f"{c.name}: {c.detail}" for c in variant_checks)
@@ -374,9 +239,8 @@ def _deliverables(
         variants = Deliverable("Requested variants", "Pass" if run_ok else "Fail", f"{cell.variant} ran")
     tests = by_name.get("bridge_tests") or Check("bridge_tests", "Skipped", "not requested for this cell")
     imported = by_name.get("local_bridge_import") or Check("local_bridge_import", "Skipped", "not checked")
-    backend: Result = "Pass" if run_ok else ("Skipped" if not ran else "Fail")
-    logs_ok = bool(ran) and all(p.log for p in ran)
-    out_list = [
+    backend: DeliverableResult = "Pass" if run_ok else ("Skipped" if not ran else "Fail")
+    return [
         Deliverable("Bridge-side checks", tests.result, tests.detail),
         Deliverable("Local Bridge import in verl", imported.result, imported.detail),
         Deliverable(
@@ -385,24 +249,33 @@ def _deliverables(
             f"{cell.variant}: " + "; ".join(c.detail for c in run_checks[:2]),
         ),
         variants,
-        Deliverable("Log capture", "Pass" if logs_ok else "Fail", log_capture or ", ".join(p.log for p in ran)),
+        _log_capture(ran, log_sizes, log_capture or "the run dir"),
     ]
-    if out.result == "Blocked":
-        out_list = [d if d.result != "Fail" else Deliverable(d.name, "Blocked", d.detail) for d in out_list]
-    return out_list
 
 
 def _follow_ups(cell: Cell, out: _Outcome, evidences: Mapping[str, Evidence], checks: Sequence[Check]) -> list[str]:
+    hint = next((ev.hint for ev in evidences.values() if ev.hint), None)
     if out.result == "Blocked":
-        fix = TRIAGE.get(out.failure_class, "fix the environment")
-        return [f"{fix}; then rerun with `/verl-e2e level={cell.level}`"]
+        fix = hint or TRIAGE.get(out.failure_class, "fix the environment")
+        return [f"{fix.rstrip('.')}; then rerun with `/verl-e2e level={cell.level}`"]
     if out.result != "Fail":
         return ["none"]
-    hint = next((ev.hint for ev in evidences.values() if ev.hint), None)
     follow = [hint or TRIAGE.get(out.failure_class, "read the first error in the log")]
     if any(c.name == "bridge_tests" and c.result == "Fail" for c in checks):
         follow.append("fix the failing Bridge unit tests first")
     return follow
+
+
+def reproduce(phases: Sequence[PhaseRun]) -> str | None:
+    """Shell lines that rerun the phases as they ran: working dir, the variables the cell set, args."""
+    lines = []
+    for phase in phases:
+        if not phase.command:
+            continue
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(phase.env.items()))
+        prefix = f"cd {shlex.quote(phase.cwd)} && " if phase.cwd else ""
+        lines.append(f"{prefix}{'env ' + env + ' ' if env else ''}{phase.command}")
+    return " ; ".join(lines) or None
 
 
 def judge(
@@ -415,27 +288,25 @@ def judge(
     checkpoints: Mapping[str, Any] | None = None,
     baseline: Evidence | None = None,
     log_capture: str = "",
+    log_sizes: Mapping[str, int | None] | None = None,
+    problems: Sequence[str] = (),
 ) -> Verdict:
     """Decide a cell from its phases' records and evidence (and a baseline run for Level 5)."""
     provenance = provenance or {}
+    if log_sizes is None:  # callers without a run dir on disk: the evidence says how much was read
+        log_sizes = {name: ev.bytes_read for name, ev in evidences.items()}
     import_check, wrong = bridge_import(provenance, list(evidences.values()))
-    builders = {
-        "bridge_tests": lambda: _bridge_tests(bridge_tests),
-        "local_bridge_import": lambda: import_check,
-        "vanilla_mbridge_false": lambda: _vanilla(evidences),
-        "steps_completed": lambda: _steps(cell, evidences),
-        "exit_zero": lambda: _exit(phases),
-        "saves": lambda: _saves(cell, evidences, checkpoints),
-        "resume": lambda: _resume(cell, evidences, checkpoints),
-        "no_nan": lambda: _no_nan(evidences),
-        "grad_norm_nonzero": lambda: _grad_norm(evidences),
-        "learning_signal": lambda: learning_signal(evidences, baseline),
-    }
-    checks = [builders[name]() for name in cell.checks if name in builders]
-    out = _outcome(phases, evidences, checks, import_check.detail if wrong else None, provenance.get("setup_failure"))
-    command = next((p.command for p in phases if p.command), None) or next(
-        (ev.command for ev in evidences.values() if ev.command), None
+    checks = build_checks(
+        cell,
+        phases=phases,
+        evidences=evidences,
+        import_check=import_check,
+        bridge_tests=bridge_tests,
+        checkpoints=checkpoints,
+        baseline=baseline,
     )
+    out = _outcome(phases, evidences, checks, import_check.detail if wrong else None, provenance, problems)
+    command = reproduce(phases) or next((ev.command for ev in evidences.values() if ev.command), None)
     durations = [p.duration_s for p in phases if p.duration_s is not None]
     return Verdict(
         cell_id=cell.id,
@@ -446,7 +317,7 @@ def judge(
         result=out.result,
         headline=_headline(cell, out, checks, evidences),
         requested=f"Level {cell.level} ({cell.variant})",
-        deliverables=_deliverables(cell, phases, checks, out, log_capture),
+        deliverables=_deliverables(cell, phases, checks, log_sizes, log_capture),
         checks=checks,
         key_lines=_key_lines(evidences, phases),
         limitations=_detected_limitations(cell, evidences, phases, provenance.get("limitations", [])),
@@ -454,7 +325,7 @@ def judge(
         failure_class=out.failure_class,
         failed_phase=out.failed_phase,
         duration_s=sum(durations) if durations else None,
-        repos={k: provenance[k] for k in ("bridge", "verl", "image") if k in provenance},
+        repos={k: provenance[k] for k in ("bridge", "verl", "image", "megatron_lm") if k in provenance},
         command=command,
         log_capture=log_capture,
     )
@@ -465,6 +336,13 @@ def _repo_line(info: Mapping[str, Any] | None) -> str:
         return "not recorded"
     dirty = info.get("dirty") or []
     return f"{info.get('commit', '?')}" + (f" plus dirty files: {', '.join(dirty[:10])}" if dirty else " (clean)")
+
+
+def image_line(repos: Mapping[str, Any]) -> str:
+    image = repos.get("image")
+    if not isinstance(image, Mapping) or not image.get("tag"):
+        return "none (local backend: the host's environment)"
+    return f"{image['tag']}" + (f" ({image['id']})" if image.get("id") else " (digest not recorded)")
 
 
 def render_text(v: Verdict) -> str:
@@ -478,6 +356,7 @@ def render_text(v: Verdict) -> str:
         "Evidence:",
         f"- Bridge repo: {_repo_line(v.repos.get('bridge'))}",
         f"- verl repo: {_repo_line(v.repos.get('verl'))}",
+        f"- Image: {image_line(v.repos)}",
         f"- Command: {v.command or 'not recorded'}",
         f"- Key lines: {'; '.join(v.key_lines) or 'none'}",
         "Limitations:",
@@ -489,8 +368,14 @@ def render_text(v: Verdict) -> str:
 
 
 def verdict_from_json(data: Mapping[str, Any]) -> Verdict:
-    """Inverse of `Verdict.to_json` (verdict.json in a run dir)."""
+    """Inverse of `Verdict.to_json` (verdict.json in a run dir); unknown result values are refused."""
+    if data.get("result") not in get_args(Result):
+        raise ValueError(f"result {data.get('result')!r} is not one of {', '.join(get_args(Result))}")
     fields = dict(data)
     fields["deliverables"] = [Deliverable(**d) for d in data.get("deliverables", [])]
+    for d in fields["deliverables"]:
+        if d.result not in get_args(DeliverableResult):
+            allowed = ", ".join(get_args(DeliverableResult))
+            raise ValueError(f"deliverable {d.name!r}: result {d.result!r} is not one of {allowed}")
     fields["checks"] = [Check(**c) for c in data.get("checks", [])]
     return Verdict(**fields)

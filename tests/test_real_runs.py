@@ -1,0 +1,94 @@
+"""Every kept real GPU run dir, re-judged: the verdict a careful reader gives.
+
+Two sources, both real verl 1dda039 runs on one H200: the five first runs in
+../shared/reference/real-runs/ (read in place, copied to tmp only because judging writes its
+records), and our own in tests/fixtures/real-runs/ (see its README for how each was made).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from verl_e2e.judging import judge_run_dir
+from verl_e2e.verdict import Verdict, render_text
+
+from .conftest import SHARED
+
+OURS = Path(__file__).parent / "fixtures" / "real-runs"
+THEIRS = SHARED / "reference" / "real-runs"
+DELIVERABLE_VALUES = {"Pass", "Fail", "Skipped", "Not requested"}
+
+
+def _judge(src: Path, tmp_path: Path) -> Verdict:
+    if not src.is_dir():
+        pytest.fail(f"{src} is missing: the real run dirs are part of the test data")
+    run = tmp_path / src.name
+    shutil.copytree(src, run)
+    for written in ("verdict.json", "evidence.json", "junit.xml"):
+        (run / written).unlink(missing_ok=True)  # judged afresh, not read back
+    verdict = judge_run_dir(run)
+    assert {d.result for d in verdict.deliverables} <= DELIVERABLE_VALUES
+    return verdict
+
+
+def test_01_missing_nvtx_is_blocked_before_any_model_was_built(tmp_path: Path) -> None:
+    v = _judge(THEIRS / "01-blocked-missing-nvtx", tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
+    assert any("No module named 'nvtx'" in k for k in v.key_lines)
+    assert "checkpoint" not in " ".join(v.follow_ups)
+
+
+def test_02_gradient_accumulation_fusion_names_apex(tmp_path: Path) -> None:
+    v = _judge(THEIRS / "02-gradient-accumulation-fusion-needs-apex", tmp_path)
+    assert v.result in ("Blocked", "Fail") and v.failure_class == "setup", v.headline
+    text = v.headline + " ".join(v.follow_ups)
+    assert "gradient_accumulation_fusion" in text and "APEX" in text
+
+
+def test_03_unwrap_model_typeerror_fails_in_model_build(tmp_path: Path) -> None:
+    v = _judge(THEIRS / "03-verl-vs-mcore-unwrap-model-typeerror", tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "model_build"), v.headline
+    assert any(k.startswith("TypeError: isinstance() arg 2 must be a type") for k in v.key_lines)
+
+
+def test_04_names_the_attention_backend(tmp_path: Path) -> None:
+    v = _judge(THEIRS / "04-mcore-0.19-te-no-attention-backend", tmp_path)
+    assert v.failure_class == "setup", v.headline
+    assert "No dot product attention backend" in v.headline
+    assert any("attention_backend=auto" in f for f in v.follow_ups)
+
+
+def test_05_passes(tmp_path: Path) -> None:
+    v = _judge(THEIRS / "05-pass-level0-mcore-0.19-attention-auto", tmp_path)
+    assert v.result == "Pass", v.headline
+
+
+def test_our_level0_passes_with_step_and_worker_import(tmp_path: Path) -> None:
+    v = _judge(OURS / "06-pass-level0-one-gpu", tmp_path)
+    assert v.result == "Pass", v.headline
+    assert {"VANILLA_MBRIDGE=False", "Training Progress: 1/1", "training/global_step:1"} <= set(v.key_lines)
+    imported = next(d for d in v.deliverables if d.name == "Local Bridge import in verl")
+    assert imported.result == "Pass" and "/Megatron-Bridge/src/megatron/bridge/" in imported.detail
+    assert "ran on 1 GPU(s) instead of the plan's 2" in v.limitations
+    # the Command line reproduces the run: working dir, the cell's variables, the wrapper's arguments
+    assert v.command is not None and v.command.startswith("cd /tmp/node/verl && env ")
+    assert "NUM_GPUS=1" in v.command and "gradient_accumulation_fusion=False" in v.command
+
+
+def test_our_level1_passes_with_save_resume_and_tracker(tmp_path: Path) -> None:
+    v = _judge(OURS / "07-pass-level1-save-resume-one-gpu", tmp_path)
+    assert v.result == "Pass", v.headline
+    wanted = {"[save] saved global_step_1", "[resume] resumed from global_step_1", "[resume] training/global_step:2"}
+    assert wanted <= set(v.key_lines)
+    resume = next(c for c in v.checks if c.name == "resume")
+    assert resume.result == "Pass" and "tracker 2" in resume.detail
+    assert "Image: none (local backend" in render_text(v)
+
+
+def test_our_level1_without_modelopt_is_blocked(tmp_path: Path) -> None:
+    v = _judge(OURS / "08-blocked-level1-save-missing-modelopt", tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
+    assert "No module named 'modelopt'" in v.headline
