@@ -158,3 +158,40 @@ def worker_traceback(
         lines.append("    do_something()")
     lines.append(f"{exc_type}: {message}")
     return "\n".join(lines) + "\n"
+
+
+def config_dump(ckpt: str = CKPT) -> str:
+    """verl's start-up pprint of the resolved config (TaskRunner lines), as real runs print it: full of
+    words that failure signatures look for (checkpoint, load, resume, oom)."""
+    lines = [
+        "{'actor_rollout_ref': {'actor': {'_target_': 'verl.workers.config.McoreActorConfig',",
+        "                                 'checkpoint': {'_target_': 'verl.workers.config.McoreCheckpointConfig',",
+        "                                                'async_save': False,",
+        "                                                'load_contents': ['model', 'optimizer', 'extra'],",
+        "                                                'save_contents': ['model', 'optimizer', 'extra']},",
+        "                                 'megatron': {'dist_checkpointing_path': '/root/dist_ckpt/qwen',",
+        "                                              'override_transformer_config': {'attention_backend': 'flash',",
+        "                                                                              'gradient_accumulation_fusion': True},",
+        "                                              'use_dist_checkpointing': False},",
+        "                                 'oom_retry': 'Error: failed to load checkpoint (never)'},",
+        " 'trainer': {'default_local_dir': '" + ckpt + "',",
+        "             'resume_from_path': '" + ckpt + "/global_step_7',",
+        "             'resume_mode': 'auto',",
+        "             'nccl_timeout': 'NCCL error handling: DistBackendError on timeout'}}",
+    ]
+    return "".join(f"{TASK}{line}\n" for line in lines)
+
+
+def hydra_failure(overrides: tuple[str, ...] = ("trainer.resume_mode=auto", "+load_checkpoint_error=1")) -> str:
+    """Hydra's summary line when a job fails: every override, echoed."""
+    return f"Error executing job with overrides: {list(overrides)!r}\n"
+
+
+def python_traceback(exc_type: str, message: str, frames: tuple[tuple[str, str], ...], prefix: str = WORKER) -> str:
+    """A plain Python traceback as a Ray worker prints it: (function, file) frames, outermost first."""
+    lines = [f"{prefix}Traceback (most recent call last):"]
+    for func, path in frames:
+        lines.append(f'{prefix}  File "{path}", line 10, in {func}')
+        lines.append(f"{prefix}    call()")
+    lines.append(f"{prefix}{exc_type}: {message}")
+    return "\n".join(lines) + "\n"
