@@ -102,7 +102,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "--cache-root",
             str(root / "cache"),
             "--run-cell-args",
-            "--gpus none --import-check location --ulimit memlock=default --no-bridge-tests",
+            "--gpus none --import-check location --no-preflight --ulimit memlock=default --no-bridge-tests",
         ],
         check=True,
         capture_output=True,

@@ -2,7 +2,7 @@
 base (Debian + Python + real Ray, made by tests/base-image/make-base-image.sh), a real Megatron-Bridge source
 tree (the PyPI wheel unpacked into its src/ layout) mounted read-only, and the trainer double from
 tests/fake_verl standing in for verl (it needs GPUs). The base image has no torch, so cells run with
-`--import-check location` and `--gpus none`; this sandbox forbids raising memlock, hence
+`--import-check location`, `--no-preflight` and `--gpus none`; this sandbox forbids raising memlock, hence
 `--ulimit memlock=default`.
 """
 
@@ -124,6 +124,7 @@ def cell_cmd(tmp_path: Path, plan: Path, cell_id: str, bridge: Path, out: Path, 
         "none",
         "--import-check",
         "location",
+        "--no-preflight",
         "--ulimit",
         "memlock=default",
         "--cache",
@@ -342,6 +343,7 @@ def test_local_backend_runs_the_same_driver(tmp_path: Path, plan_file: Path, fak
         "none",
         "--import-check",
         "location",
+        "--no-preflight",
         "--cache",
         str(tmp_path / "cache"),
         "--no-bridge-tests",

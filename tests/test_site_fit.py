@@ -1,0 +1,111 @@
+"""A cell fitted to the machine that runs it, without hand edits: --num-gpus, --hydra, the preflight."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_e2e.adapt import adapt_cell
+from verl_e2e.cli import main
+from verl_e2e.config import Matrix
+from verl_e2e.errors import UsageError
+from verl_e2e.runcell import gpu_request
+
+from .rundirs import cell_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "containers"))
+import preflight  # noqa: E402 - the driver's preflight module (standard library only)
+
+ALL_THERE = {name: f"/site/{name}/__init__.py" for name in [*preflight.REQUIRED, "vllm", "modelopt", *preflight.OPTIONAL]}
+
+
+def test_num_gpus_rewrites_every_phase_and_says_so(matrix: Matrix) -> None:
+    cell = cell_for(matrix, 1)
+    one = adapt_cell(cell, num_gpus=1, hydra=["data.dataloader_num_workers=0"])
+    assert one.gpus == 1 and all(p.env["NUM_GPUS"] == "1" for p in one.phases)
+    assert all(p.args[-1] == "data.dataloader_num_workers=0" for p in one.phases)
+    assert f"ran on 1 GPU(s) instead of the plan's {cell.gpus}" in one.limitations
+    assert adapt_cell(cell) == cell
+
+
+def test_num_gpus_must_fit_the_cells_model_parallel_size(matrix: Matrix) -> None:
+    cell = cell_for(matrix, 2)  # TP=2 x PP=2
+    with pytest.raises(UsageError, match="multiple of 4"):
+        adapt_cell(cell, num_gpus=2)
+
+
+@pytest.mark.parametrize("bad", ["no equals sign at all!", "x=1\ny=2", "; rm -rf /"])
+def test_hydra_overrides_are_validated(matrix: Matrix, bad: str) -> None:
+    with pytest.raises(UsageError, match="not a Hydra override"):
+        adapt_cell(cell_for(matrix, 0), hydra=[bad])
+
+
+def test_named_devices_must_match_the_cells_gpu_count(matrix: Matrix) -> None:
+    cell = cell_for(matrix, 0)
+    with pytest.raises(UsageError, match="--num-gpus 1"):
+        gpu_request(cell, "0", available=1)
+    assert gpu_request(adapt_cell(cell, num_gpus=1), "0", available=1) == ["0"]
+
+
+def test_preflight_turns_what_is_missing_into_overrides_and_limitations() -> None:
+    found = dict(ALL_THERE, fused_weight_gradient_mlp_cuda=None, flash_attn=None)
+    overrides, limitations, notes, blocking = preflight.decide({"found": found, "engine": "vllm"})
+    assert blocking is None
+    assert "++critic.megatron.override_transformer_config.gradient_accumulation_fusion=False" in overrides
+    assert "++actor_rollout_ref.ref.megatron.override_transformer_config.attention_backend=auto" in overrides
+    assert "global_profiler.tool=null" not in overrides  # nvtx is there
+    assert len(limitations) == 2 and len(notes) == 2
+
+
+def test_preflight_blocks_what_verl_cannot_run_without() -> None:
+    found = dict(ALL_THERE, vllm=None)
+    *_, blocking = preflight.decide({"found": found, "engine": "vllm"})
+    assert blocking is not None and "vLLM" in blocking
+    found = dict(ALL_THERE, modelopt=None)
+    assert preflight.decide({"found": found, "engine": "vllm"})[3] is None  # no checkpoints, not needed
+    *_, blocking = preflight.decide({"found": found, "engine": "vllm"}, checkpointing=True)
+    assert blocking is not None and "nvidia-modelopt" in blocking
+
+
+def test_preflight_names_two_cudnn_copies() -> None:
+    info = {
+        "found": ALL_THERE,
+        "engine": "vllm",
+        "cudnn": {"bundled": ["/site/nvidia/cudnn/lib/libcudnn.so.9.19.0"], "system": ["/usr/lib/libcudnn.so.9.14.0"]},
+    }
+    notes = preflight.decide(info)[2]
+    assert any("two cuDNN copies" in n and "9.19.0" in n and "9.14.0" in n for n in notes)
+
+
+def test_checkpointing_cells_are_recognised(matrix: Matrix) -> None:
+    assert preflight.checkpoints(cell_for(matrix, 1).to_json())
+    assert not preflight.checkpoints(cell_for(matrix, 0).to_json())
+
+
+def test_lookup_reads_the_real_environment_without_importing() -> None:
+    info = preflight.lookup("", "vllm")
+    assert "error" not in info and info["engine"] == "vllm"
+    assert set(info["found"]) == {*preflight.REQUIRED, *preflight.ROLLOUT, *preflight.CHECKPOINTING, *preflight.OPTIONAL}
+    assert info["found"]["hydra"]  # hydra-core is a dev dependency: found, by lookup alone
+
+
+def test_run_cell_help_documents_the_site_flags() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_e2e", "run-cell", "--help"], capture_output=True, text=True, check=True
+    )
+    for flag in ("--num-gpus", "--hydra", "--megatron-lm", "--no-preflight", "--import-check"):
+        assert flag in proc.stdout
+
+
+def test_a_bad_num_gpus_is_one_clear_line(tmp_path: Path, matrix: Matrix, capsys: pytest.CaptureFixture[str]) -> None:
+    cell = tmp_path / "cell.json"
+    cell.write_text(__import__("json").dumps(cell_for(matrix, 2).to_json()))
+    bridge = tmp_path / "bridge" / "src" / "megatron" / "bridge"
+    bridge.mkdir(parents=True)
+    code = main(["run-cell", str(cell), "--bridge", str(tmp_path / "bridge"), "--out", str(tmp_path / "o"),
+                 "--backend", "local", "--verl", str(tmp_path), "--num-gpus", "3"], env={})
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "multiple of 4" in err[0]
