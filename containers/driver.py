@@ -336,7 +336,7 @@ def run_cell(args: argparse.Namespace) -> int:
     mapping = [tuple(m.split("=", 1)) for m in args.map]
     first_env = {k: translate(v, mapping) for k, v in cell["phases"][0]["env"].items()}
     for prep in (
-        lambda: prepare_data(first_env, verl, rec, base_env),
+        lambda: prepare_data(first_env, verl, rec, base_env, args.work),
         lambda: prepare_model(cell, first_env, args.work, rec),
     ):
         problem = prep()

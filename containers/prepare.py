@@ -15,27 +15,27 @@ from pathlib import Path
 from records import Recorder, write_json
 
 
-def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict) -> str | None:
+def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict, work: Path) -> str | None:
+    """GSM8K parquet from the (read-only) cache, or made for this cell alone under its work dir."""
     train, val = Path(env["TRAIN_FILES"]), Path(env["VAL_FILES"])
     started = time.time()
     if train.is_file() and val.is_file():
         rec.step("data", "ok", f"GSM8K parquet from the cache ({train.parent})", started)
         return None
     raw = train.parent.parent / "gsm8k-raw"
-    cmd = [sys.executable, "examples/data_preprocess/gsm8k.py", "--local_save_dir", str(train.parent)]
+    target = work / "data" / "gsm8k"
+    cmd = [sys.executable, "examples/data_preprocess/gsm8k.py", "--local_save_dir", str(target)]
     if raw.is_dir():
         cmd += ["--local_dataset_path", str(raw)]
     rec.provenance["commands"].append(" ".join(cmd))
     proc = subprocess.run(cmd, cwd=verl, env=base_env, capture_output=True, text=True, check=False, timeout=1800)
-    if proc.returncode != 0 or not train.is_file():
+    made_train, made_val = target / train.name, target / val.name
+    if proc.returncode != 0 or not made_train.is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
         return f"GSM8K preprocessing failed ({' | '.join(tail) or 'no output'}); run `verl-e2e prefetch` on the runner"
-    rec.step(
-        "data",
-        "ok",
-        f"made GSM8K parquet with verl's preprocessing{' from the cached raw copy' if raw.is_dir() else ''}",
-        started,
-    )
+    rec.overrides.update(TRAIN_FILES=str(made_train), VAL_FILES=str(made_val))
+    source = " from the cached raw copy" if raw.is_dir() else ""
+    rec.step("data", "ok", f"made GSM8K parquet for this cell with verl's preprocessing{source}", started)
     return None
 
 

@@ -51,30 +51,129 @@ def test_the_resolved_config_does_not_make_a_missing_module_a_checkpoint_failure
         (("__init__", f"{VERL}/workers/engine_workers.py"), ("<module>", f"{VERL}/utils/profiler/nvtx_profile.py")),
     )
     ev = _ev(V.config_dump() + worker + V.hydra_failure() + V.worker_traceback("ActorDiedError", "The actor died"))
-    assert (ev.failure_class, ev.exception) == ("setup", {"type": "ModuleNotFoundError", "message": "No module named 'nvtx'"})
+    assert (ev.failure_class, ev.exception) == (
+        "setup",
+        {"type": "ModuleNotFoundError", "message": "No module named 'nvtx'"},
+    )
 
 
 @pytest.mark.parametrize(
     ("frames", "etype", "message", "klass", "role"),
     [
-        (((("provide", f"{BRIDGE}/models/gpt_provider.py"),)), "AttributeError", "no attribute 'x'", "model_build", "model_build"),
-        ((("__init__", f"{BRIDGE}/peft/lora.py"),), "ValueError", "target module not found", "model_build", "model_build"),
+        (
+            ((("provide", f"{BRIDGE}/models/gpt_provider.py"),)),
+            "AttributeError",
+            "no attribute 'x'",
+            "model_build",
+            "model_build",
+        ),
+        (
+            (("__init__", f"{BRIDGE}/peft/lora.py"),),
+            "ValueError",
+            "target module not found",
+            "model_build",
+            "model_build",
+        ),
         ((("update_actor", f"{VERL}/workers/actor.py"),), "RuntimeError", "shape mismatch", "runtime", "training"),
-        ((("save_checkpoint", f"{VERL}/utils/checkpoint/m.py"),), "RuntimeError", "could not write", "checkpoint_save", "save"),
-        ((("load_checkpoint", f"{VERL}/utils/checkpoint/m.py"), ("load_state_dict", "/torch/nn/module.py")), "RuntimeError", "Missing key(s)", "checkpoint_load", "load"),
-        ((("__post_init__", f"{VERL}/workers/config/actor.py"),), "AssertionError", "ppo_mini_batch_size must be divisible", "setup", "config"),
-        ((("_validate_config", f"{VERL}/trainer/ppo/ray_trainer.py"),), "AssertionError", "train_batch_size", "setup", "config"),
+        (
+            (("save_checkpoint", f"{VERL}/utils/checkpoint/m.py"),),
+            "RuntimeError",
+            "could not write",
+            "checkpoint_save",
+            "save",
+        ),
+        (
+            (("load_checkpoint", f"{VERL}/utils/checkpoint/m.py"), ("load_state_dict", "/torch/nn/module.py")),
+            "RuntimeError",
+            "Missing key(s)",
+            "checkpoint_load",
+            "load",
+        ),
+        (
+            (("__post_init__", f"{VERL}/workers/config/actor.py"),),
+            "AssertionError",
+            "ppo_mini_batch_size must be divisible",
+            "setup",
+            "config",
+        ),
+        (
+            (("_validate_config", f"{VERL}/trainer/ppo/ray_trainer.py"),),
+            "AssertionError",
+            "train_batch_size",
+            "setup",
+            "config",
+        ),
         ((("__init__", f"{VERL}/utils/dataset/rl_dataset.py"),), "KeyError", "'prompt'", "setup", "data"),
         ((("hf_tokenizer", f"{VERL}/utils/tokenizer.py"),), "OSError", "bad tokenizer files", "setup", "tokenizer"),
-        ((("launch_server", f"{VERL}/workers/rollout/vllm_rollout/server.py"), ("__init__", "/usr/lib/python3/dist-packages/vllm/v1/engine/core.py")), "RuntimeError", "CUDA graph capture failed", "setup", "rollout"),
-        ((("generate_sequences", f"{VERL}/workers/rollout/r.py"), ("step", "/site-packages/vllm/v1/engine/llm_engine.py")), "RuntimeError", "sampler broke", "runtime", "training"),
-        ((("init_model", f"{VERL}/workers/fsdp_workers.py"), ("apply_monkey_patch", f"{VERL}/models/transformers/monkey_patch.py")), "ImportError", "cannot import name 'LlamaFroCausalLM'", "model_build", "model_build"),
-        ((("<module>", "/site-packages/mbridge/models/qwen3_vl.py"),), "ImportError", "cannot import name 'get_x' from 'megatron.core.utils'", "setup", None),
-        ((("init_model", f"{VERL}/workers/w.py"),), "ModuleNotFoundError", "No module named 'flash_attn'", "setup", "model_build"),
-        ((("init_model", f"{VERL}/workers/w.py"),), "OSError", "libcudart.so.13: cannot open shared object file", "setup", "model_build"),
+        (
+            (
+                ("launch_server", f"{VERL}/workers/rollout/vllm_rollout/server.py"),
+                ("__init__", "/usr/lib/python3/dist-packages/vllm/v1/engine/core.py"),
+            ),
+            "RuntimeError",
+            "CUDA graph capture failed",
+            "setup",
+            "rollout",
+        ),
+        (
+            (
+                ("generate_sequences", f"{VERL}/workers/rollout/r.py"),
+                ("step", "/site-packages/vllm/v1/engine/llm_engine.py"),
+            ),
+            "RuntimeError",
+            "sampler broke",
+            "runtime",
+            "training",
+        ),
+        (
+            (
+                ("init_model", f"{VERL}/workers/fsdp_workers.py"),
+                ("apply_monkey_patch", f"{VERL}/models/transformers/monkey_patch.py"),
+            ),
+            "ImportError",
+            "cannot import name 'LlamaFroCausalLM'",
+            "model_build",
+            "model_build",
+        ),
+        (
+            (("<module>", "/site-packages/mbridge/models/qwen3_vl.py"),),
+            "ImportError",
+            "cannot import name 'get_x' from 'megatron.core.utils'",
+            "setup",
+            None,
+        ),
+        (
+            (("init_model", f"{VERL}/workers/w.py"),),
+            "ModuleNotFoundError",
+            "No module named 'flash_attn'",
+            "setup",
+            "model_build",
+        ),
+        (
+            (("init_model", f"{VERL}/workers/w.py"),),
+            "OSError",
+            "libcudart.so.13: cannot open shared object file",
+            "setup",
+            "model_build",
+        ),
     ],
-    ids=["provider", "lora", "update-actor", "save", "load", "config-post-init", "config-validate", "data", "tokenizer",
-         "vllm-start", "vllm-in-step", "import-in-build", "import-at-entry", "missing-module", "missing-library"],
+    ids=[
+        "provider",
+        "lora",
+        "update-actor",
+        "save",
+        "load",
+        "config-post-init",
+        "config-validate",
+        "data",
+        "tokenizer",
+        "vllm-start",
+        "vllm-in-step",
+        "import-in-build",
+        "import-at-entry",
+        "missing-module",
+        "missing-library",
+    ],
 )
 def test_class_comes_from_the_innermost_known_frame(
     frames: tuple[tuple[str, str], ...], etype: str, message: str, klass: str, role: str | None
@@ -87,7 +186,7 @@ def test_class_comes_from_the_innermost_known_frame(
 def test_the_first_traceback_is_the_root_and_a_later_interrupt_is_not_the_exception() -> None:
     root = V.python_traceback("KeyError", "'old_log_probs'", (("compute_log_prob", f"{VERL}/workers/w.py"),))
     later = V.worker_traceback("RuntimeError", "wrapped: KeyError", frames=("fit",), actor_method="run")
-    ev = _ev(root + later + "Traceback (most recent call last):\n  File \"x.py\", line 1, in wait\nKeyboardInterrupt\n")
+    ev = _ev(root + later + 'Traceback (most recent call last):\n  File "x.py", line 1, in wait\nKeyboardInterrupt\n')
     assert ev.exception == {"type": "KeyError", "message": "'old_log_probs'"} and ev.failure_class == "runtime"
 
 
@@ -110,3 +209,15 @@ def test_a_ray_task_error_cut_off_before_its_message_keeps_the_type_and_frames()
 def test_an_empty_log_reached_nothing() -> None:
     ev = parse_bytes(b"")
     assert (ev.stage, ev.failure_class) == ("empty", "none")
+
+
+def test_an_exception_python_ignored_at_shutdown_is_noise() -> None:
+    noise = (
+        "Exception ignored in: <function Worker.__del__ at 0x7f>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/site/ray/worker.py", line 9, in __del__\n'
+        "AttributeError: 'NoneType' object has no attribute 'close'\n"
+    )
+    ev = _ev(V.run(1) + noise)
+    assert (ev.failure_class, ev.exception) == ("none", None)
+    assert ev.residual_noise  # mentioned as accepted residual noise

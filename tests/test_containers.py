@@ -222,7 +222,7 @@ def test_level1_saves_and_resumes_through_the_wrapper(
         ("wrong-bridge", "L0-lora-ddp-qwen", "Blocked", "setup"),
         ("crash", "L0-lora-ddp-qwen", "Fail", "runtime"),
         ("setup-fail", "L0-lora-ddp-qwen", "Blocked", "setup"),
-        ("exit137", "L0-lora-ddp-qwen", "Fail", "oom"),
+        ("exit137", "L0-lora-ddp-qwen", "Fail", "killed"),  # SIGKILL, no out-of-memory line: no OOM claim
         ("nan", "L5-learning-signal-qwen", "Fail", "none"),
     ],
 )

@@ -17,9 +17,11 @@ from verl_e2e.runcell import gpu_request
 from .rundirs import cell_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "containers"))
-import preflight  # noqa: E402 - the driver's preflight module (standard library only)
+import preflight
 
-ALL_THERE = {name: f"/site/{name}/__init__.py" for name in [*preflight.REQUIRED, "vllm", "modelopt", *preflight.OPTIONAL]}
+ALL_THERE = {
+    name: f"/site/{name}/__init__.py" for name in [*preflight.REQUIRED, "vllm", "modelopt", *preflight.OPTIONAL]
+}
 
 
 def test_num_gpus_rewrites_every_phase_and_says_so(matrix: Matrix) -> None:
@@ -88,7 +90,12 @@ def test_checkpointing_cells_are_recognised(matrix: Matrix) -> None:
 def test_lookup_reads_the_real_environment_without_importing() -> None:
     info = preflight.lookup("", "vllm")
     assert "error" not in info and info["engine"] == "vllm"
-    assert set(info["found"]) == {*preflight.REQUIRED, *preflight.ROLLOUT, *preflight.CHECKPOINTING, *preflight.OPTIONAL}
+    assert set(info["found"]) == {
+        *preflight.REQUIRED,
+        *preflight.ROLLOUT,
+        *preflight.CHECKPOINTING,
+        *preflight.OPTIONAL,
+    }
     assert info["found"]["hydra"]  # hydra-core is a dev dependency: found, by lookup alone
 
 
@@ -105,7 +112,22 @@ def test_a_bad_num_gpus_is_one_clear_line(tmp_path: Path, matrix: Matrix, capsys
     cell.write_text(__import__("json").dumps(cell_for(matrix, 2).to_json()))
     bridge = tmp_path / "bridge" / "src" / "megatron" / "bridge"
     bridge.mkdir(parents=True)
-    code = main(["run-cell", str(cell), "--bridge", str(tmp_path / "bridge"), "--out", str(tmp_path / "o"),
-                 "--backend", "local", "--verl", str(tmp_path), "--num-gpus", "3"], env={})
+    code = main(
+        [
+            "run-cell",
+            str(cell),
+            "--bridge",
+            str(tmp_path / "bridge"),
+            "--out",
+            str(tmp_path / "o"),
+            "--backend",
+            "local",
+            "--verl",
+            str(tmp_path),
+            "--num-gpus",
+            "3",
+        ],
+        env={},
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "multiple of 4" in err[0]

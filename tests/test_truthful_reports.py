@@ -39,8 +39,14 @@ def test_exit_137_is_killed_not_oom_without_an_oom_line(tmp_path: Path, matrix: 
     v = judge_run_dir(run)
     assert v.failure_class == "killed" and "killed (137)" in v.headline and "OOM" not in v.headline
     oom = log + "\n[raylet] Out of memory: Killed process 4242 (ray::WorkerDict)\n"
-    run = write_run_dir(tmp_path / "oom", cell_for(matrix, 0), {"run": oom}, statuses={"run": "killed"},
-                        exit_codes={"run": 137}, bridge_tests=OK)
+    run = write_run_dir(
+        tmp_path / "oom",
+        cell_for(matrix, 0),
+        {"run": oom},
+        statuses={"run": "killed"},
+        exit_codes={"run": 137},
+        bridge_tests=OK,
+    )
     v = judge_run_dir(run)
     assert v.failure_class == "oom" and "out of memory" in v.headline
 
@@ -103,7 +109,9 @@ def _plan(tmp_path: Path, matrix: Matrix, levels: tuple[int, ...]) -> tuple[Path
     return plan, cells
 
 
-def test_a_plan_of_two_cells_with_one_missing_run_dir_reports_two_rows_and_fails(tmp_path: Path, matrix: Matrix) -> None:
+def test_a_plan_of_two_cells_with_one_missing_run_dir_reports_two_rows_and_fails(
+    tmp_path: Path, matrix: Matrix
+) -> None:
     plan, cells = _plan(tmp_path, matrix, (0, 1))
     runs = tmp_path / "artifacts"
     write_run_dir(runs / "L0", cell_for(matrix, 0), {"run": V.run(1)}, bridge_tests=OK)
@@ -113,8 +121,23 @@ def test_a_plan_of_two_cells_with_one_missing_run_dir_reports_two_rows_and_fails
     missing = next(v for v in verdicts if v.level == 1)
     assert missing.result == "Fail" and "did not report" in missing.headline and "failure" in missing.headline
     summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
-    code = main(["report", str(runs), "--plan", str(plan), "--no-comment", "--no-check", "--summary", str(summary),
-                 "--junit", str(junit), "--job-result", "cell=failure"], env={})
+    code = main(
+        [
+            "report",
+            str(runs),
+            "--plan",
+            str(plan),
+            "--no-comment",
+            "--no-check",
+            "--summary",
+            str(summary),
+            "--junit",
+            str(junit),
+            "--job-result",
+            "cell=failure",
+        ],
+        env={},
+    )
     assert code == 1
     text = summary.read_text()
     assert "2 cells: 1 pass, 1 fail" in text and "did not report" in text
@@ -129,7 +152,7 @@ def test_a_stale_run_dir_of_another_cell_is_ignored_and_a_stale_verdict_re_judge
     runs = tmp_path / "artifacts"
     failing = V.run(1)[:-300] + V.worker_traceback("AttributeError", "provider broke")
     l0 = write_run_dir(runs / "L0", cell_for(matrix, 0), {"run": failing}, statuses={"run": "failed"}, bridge_tests=OK)
-    stale = json.loads(json.dumps(judge_run_dir(l0).to_json()) .replace('"Fail"', '"Pass"'))
+    stale = json.loads(json.dumps(judge_run_dir(l0).to_json()).replace('"Fail"', '"Pass"'))
     (l0 / "verdict.json").write_text(json.dumps(stale))  # a planted Pass must not be believed
     write_run_dir(runs / "L1-other", cell_for(matrix, 1), {"save": V.run(1)}, bridge_tests=OK)
     said: list[str] = []

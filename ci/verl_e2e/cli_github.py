@@ -103,9 +103,8 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         if result in ("failure", "cancelled"):
             job_failures.append(f"{name}: {result}")
     server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
-    publishing = (args.comment and args.pr is not None) or args.check
-    repo = _repo(args, env) if publishing or args.repo else ""
-    run_url = args.run_url or (f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else "")
+    named = args.repo or env.get("GITHUB_REPOSITORY", "")
+    run_url = args.run_url or (f"{server}/{named}/actions/runs/{run_id}" if named and run_id else "")
     planned = plan.get("cells") if isinstance(plan.get("cells"), list) else None
     verdicts = collect(
         args.run_dirs,
@@ -115,6 +114,8 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         job_result=results.get("cell", results.get("cells", "")),
         run_url=run_url,
     )
+    publishing = (args.comment and args.pr is not None) or args.check
+    repo = _repo(args, env) if publishing or args.repo else ""
     ctx = Context(
         repo=repo,
         pr=args.pr,

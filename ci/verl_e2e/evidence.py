@@ -282,6 +282,8 @@ class LogParser:
             if sig.name not in st.hits and sig.needle in line and sig.regex.search(line):
                 st.hits[sig.name] = line[:500]
         if RESIDUAL.search(line):
+            if "Exception ignored in" in line or "Error in atexit" in line:
+                st.tracebacks.ignore_next()
             if len(st.residual) < MAX_ITEMS:
                 st.residual.append((line[:300], st.metrics.step_lines > 0))
             return

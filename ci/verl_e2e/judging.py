@@ -6,17 +6,29 @@ The I/O edge around the pure `evidence` and `verdict` modules; `verl-e2e judge R
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from verl_e2e import junit
+from verl_e2e import junit, safefs
 from verl_e2e.cells import Cell
 from verl_e2e.evidence import Evidence
 from verl_e2e.parallel import parse_file
 from verl_e2e.rundir import load_run_dir, write_json
 from verl_e2e.signatures import Signature
 from verl_e2e.verdict import Verdict, judge
+
+
+def _size(log: Path) -> int | None:
+    """The log's size if it is a plain file (a link or a special file in a run dir is not read)."""
+    try:
+        fd = safefs.open_regular(log, safefs.LOG_LIMIT)
+    except (OSError, safefs.UnsafeFileError):
+        return None
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    return size
 
 
 def judge_run_dir(
@@ -36,8 +48,8 @@ def judge_run_dir(
     log_sizes: dict[str, int | None] = {}
     for phase in run.phases:
         log = run.log_path(phase)
-        log_sizes[phase.name] = log.stat().st_size if log.is_file() else None
-        if phase.status != "not_run" and log.is_file():
+        log_sizes[phase.name] = _size(log)
+        if phase.status != "not_run" and log_sizes[phase.name] is not None:
             evidences[phase.name] = parse_file(log, sigs)
     baseline = parse_file(baseline_log, sigs) if baseline_log else None
     verdict = judge(
@@ -54,7 +66,5 @@ def judge_run_dir(
     )
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())
-    tmp = run.path / "junit.xml.tmp"
-    tmp.write_text(junit.render([verdict]), encoding="utf-8")
-    tmp.replace(run.path / "junit.xml")
+    safefs.write_text(run.path / "junit.xml", junit.render([verdict]))
     return verdict

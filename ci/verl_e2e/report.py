@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_e2e.verdict import Verdict, render_text
+from verl_e2e.verdict import Verdict, image_line, render_text
 
 MARKER = "<!-- verl-e2e:pr-comment -->"
 LIMIT = 65_536
@@ -83,6 +83,9 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     where = []
     if ctx.sha:
         where.append(f"As of commit {ctx.sha[:12]}" + (f", merge base {ctx.merge_base[:12]}" if ctx.merge_base else ""))
+    ran_with = _ran_with(verdicts)
+    if ran_with:
+        where.append(ran_with)
     links = [f"[workflow run]({ctx.run_url})"] if ctx.run_url else []
     if ctx.artifacts_url:
         links.append(f"[run dirs]({ctx.artifacts_url})")
@@ -92,6 +95,18 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     if links:
         line += (" " if line else "") + " · ".join(links)
     return [title, "", line] if line else [title]
+
+
+def _ran_with(verdicts: Sequence[Verdict]) -> str:
+    """The verl commit(s) and image(s) the cells ran with, as recorded in their run dirs."""
+    verl = sorted({str(v.repos["verl"].get("commit")) for v in verdicts if isinstance(v.repos.get("verl"), dict)})
+    images = sorted({image_line(v.repos) for v in verdicts if v.repos})
+    parts = []
+    if verl:
+        parts.append("verl " + ", ".join(f"`{_cell_text(c)}`" for c in verl))
+    if images:
+        parts.append("image " + ", ".join(f"`{_cell_text(i)}`" for i in images))
+    return "Ran with " + "; ".join(parts) if parts else ""
 
 
 def table(verdicts: Sequence[Verdict]) -> list[str]:

@@ -19,13 +19,16 @@ finding in the verdict, never an exception.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from verl_e2e import safefs
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.errors import UsageError
 
+LOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}\.log")
 PhaseStatus = Literal["ok", "failed", "timeout", "killed", "cancelled", "not_run", "error"]
 
 
@@ -70,13 +73,59 @@ class RunDir:
 
 
 def _read_json(path: Path, problems: list[str]) -> Any:
+    """A record of the run dir, read as data: never through a link, never a special file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(safefs.read_text(path))
     except FileNotFoundError:
         problems.append(f"{path.name} is missing")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, safefs.UnsafeFileError) as exc:
         problems.append(f"{path.name} is unreadable ({exc})")
     return None
+
+
+def _log_name(value: Any, phase: str) -> str:
+    """The log file of a phase: a plain name inside the run dir, whatever phases.json claims."""
+    name = value if isinstance(value, str) else ""
+    return name if LOG_NAME.fullmatch(name) else f"{phase}.log"
+
+
+STATUSES = frozenset({"ok", "failed", "timeout", "killed", "cancelled", "not_run", "error", "running"})
+# a phase still "running" in a finished run dir: the driver died under it
+
+
+def _phase_records(items: list[Any], cell: Cell, problems: list[str]) -> list[PhaseRun]:
+    """phases.json as data: only the cell's own phases, in the cell's order, with checked fields."""
+    known = {p.name for p in cell.phases}
+    by_name: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name = item.get("name") if isinstance(item, dict) else None
+        if name not in known:
+            problems.append(f"phases.json names a phase the cell does not have ({str(name)[:40]!r}); ignored")
+            continue
+        by_name.setdefault(str(name), item)
+    phases = []
+    for phase in cell.phases:
+        item = by_name.get(phase.name, {"status": "not_run"})
+        raw = item.get("status")
+        status: PhaseStatus = (
+            raw if raw in STATUSES and raw != "running" else ("failed" if raw == "running" else "error")
+        )
+        code = item.get("exit_code")
+        duration = item.get("duration_s")
+        phases.append(
+            PhaseRun(
+                name=phase.name,
+                log=_log_name(item.get("log"), phase.name),
+                status=status,
+                exit_code=code if isinstance(code, int) else None,
+                duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+                command=str(item["command"]) if item.get("command") is not None else None,
+                log_tail=[str(x) for x in item.get("log_tail", [])][-30:],
+                env={str(k): str(v) for k, v in (item.get("env") or {}).items()},
+                cwd=str(item["cwd"]) if item.get("cwd") else None,
+            )
+        )
+    return phases
 
 
 def load_run_dir(path: str | Path) -> RunDir:
@@ -99,20 +148,7 @@ def load_run_dir(path: str | Path) -> RunDir:
     phases_data = _read_json(root / "phases.json", problems)
     phases: list[PhaseRun] = []
     if isinstance(phases_data, list):
-        for item in phases_data:
-            phases.append(
-                PhaseRun(
-                    name=item["name"],
-                    log=item.get("log", f"{item['name']}.log"),
-                    status=item.get("status", "error"),
-                    exit_code=item.get("exit_code"),
-                    duration_s=item.get("duration_s"),
-                    command=item.get("command"),
-                    log_tail=list(item.get("log_tail", [])),
-                    env={str(k): str(v) for k, v in (item.get("env") or {}).items()},
-                    cwd=item.get("cwd"),
-                )
-            )
+        phases = _phase_records(phases_data, cell, problems)
     else:
         # No phase records (the runner died early): judge whatever logs exist, in the cell's order.
         for phase in cell.phases:
@@ -124,7 +160,5 @@ def load_run_dir(path: str | Path) -> RunDir:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (a reader never sees half a file, even if the writer is killed)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write JSON atomically (a reader never sees half a file), never through a planted link."""
+    safefs.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

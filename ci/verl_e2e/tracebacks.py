@@ -55,6 +55,12 @@ class Tracebacks:
     frame_names: dict[str, None] = field(default_factory=dict)
     awaiting: str | None = None  # RayTaskError(X) seen, X's message not yet
     ray_message: str = ""
+    ignoring: bool = False  # after "Exception ignored in ...": Python printed it and went on
+
+    def ignore_next(self) -> None:
+        """The next traceback is one Python reported and ignored (`__del__`, atexit): not a failure."""
+        self.current = None
+        self.ignoring = True
 
     def line(self, text: str, steps: int) -> bool:
         """Handle one cleaned line; True when it was an exception line (a key line)."""
@@ -111,6 +117,9 @@ class Tracebacks:
     def _close(self, etype: str | None, message: str, steps: int) -> None:
         block, self.current = self.current, None
         if block is None:
+            return
+        if self.ignoring:
+            self.ignoring = False
             return
         block.type, block.message, block.steps_before = etype, message, steps
         if len(self.blocks) < MAX_BLOCKS:
