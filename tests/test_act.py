@@ -198,13 +198,23 @@ def pr_event(world: dict, fork: bool = False) -> dict:
     return event
 
 
-def test_pull_request_runs_plan_image_cell_report(world: dict) -> None:
+def push_event(world: dict, ref: str = "refs/heads/pull-request/7") -> dict:
+    """copy-pr-bot's push of a vetted PR head to pull-request/<N> (GitHub's push payload)."""
+    event = copy.deepcopy(world["examples"]["push"][0])
+    _repository(event)
+    event.update(ref=ref, after=world["head"], before="0" * 40, deleted=False, created=True)
+    return event
+
+
+def test_copy_pr_bot_push_runs_gate_plan_image_cell_report(world: dict) -> None:
     with serve(Spec()) as (api, state):
-        proc = run_act(world, "pull_request", "verl-e2e-pr.yml", pr_event(world), api)
+        prepare(state, world)
+        proc = run_act(world, "push", "verl-e2e-pr.yml", push_event(world), api)
         done = jobs(proc)
         assert proc.returncode == 0, proc.stdout[-6000:]
         assert done == {
             "trigger": "succeeded",
+            "gate": "succeeded",
             "plan": "succeeded",
             "image": "succeeded",
             "L0-lora-ddp-qwen": "succeeded",
@@ -219,6 +229,34 @@ def test_pull_request_runs_plan_image_cell_report(world: dict) -> None:
     assert (run_dir / "run.log").is_file() and (world["root"] / "artifacts/verl-e2e-junit/verl-e2e-junit.xml").is_file()
     plan = json.loads((world["root"] / "artifacts/verl-e2e-plan/plan.json").read_text())
     assert plan["matrix"]["include"][0]["id"] == "L0-lora-ddp-qwen"
+
+
+def test_a_same_repository_pull_request_runs_no_cells_unless_the_site_opted_in(world: dict) -> None:
+    with serve(Spec()) as (api, state):
+        proc = run_act(world, "pull_request", "verl-e2e-pr.yml", pr_event(world), api)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert jobs(proc) == {"trigger": "succeeded"}
+        assert "pull-request/7" in proc.stdout and state.comments == {} and state.violations == []
+
+
+def test_a_fork_that_edits_the_caller_is_stopped_by_the_gate(world: dict) -> None:
+    """The attack: on pull_request the caller comes from the PR, so a fork deletes the `if:` guard (or
+    forces run=true). The reusable workflow's gate reads GitHub's context, not the caller: refused."""
+    caller = world["bridge"] / ".github/workflows/verl-e2e-pr.yml"
+    forked = world["bridge"] / ".github/workflows/verl-e2e-pr-forked.yml"
+    text = caller.read_text().replace("    if: needs.trigger.outputs.run == 'true'\n", "")
+    assert text != caller.read_text()
+    forked.write_text(text.replace("name: verl-e2e PR", "name: verl-e2e PR (edited by a fork)"))
+    try:
+        with serve(Spec()) as (api, state):
+            proc = run_act(world, "pull_request", "verl-e2e-pr-forked.yml", pr_event(world, fork=True), api)
+            done = jobs(proc)
+            assert done.get("gate") == "failed", done
+            assert not {"plan", "image", "report"} & set(done) and not any(k.startswith("L") for k in done), done
+            assert "fork code never reaches the GPU runners" in proc.stdout
+            assert state.comments == {} and state.check_runs == []
+    finally:
+        forked.unlink()
 
 
 def test_fork_pull_request_only_plans(world: dict) -> None:
@@ -268,15 +306,24 @@ def test_comment_with_write_permission_runs_the_requested_level(world: dict) -> 
         assert state.violations == []
 
 
+def test_comments_from_users_without_write_get_no_reaction_or_reply(world: dict) -> None:
+    with serve(Spec()) as (api, state):
+        prepare(state, world)
+        event = comment_event(world, "/verl-e2e level=1", "visitor")
+        proc = run_act(world, "issue_comment", "verl-e2e-comment.yml", event, api)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert jobs(proc) == {"trigger": "succeeded"} and "ignored" in proc.stdout
+        assert state.reactions == [] and state.comments == {} and state.violations == []
+
+
 @pytest.mark.parametrize(
     ("body", "login", "moved", "reason"),
     [
-        ("/verl-e2e level=1", "visitor", False, "has read permission"),
-        ("/verl-e2e level=1", "maintainer", True, "the PR moved after the comment"),
+        (f"/verl-e2e sha={'e' * 40}", "maintainer", True, "the PR head is now ffffffffffff"),
         ("/verl-e2e level=one", "maintainer", False, "`level=one` is not valid"),
         ("/verl-e2e model=$(touch${IFS}/tmp/verl-e2e-act-pwned)", "maintainer", False, "is not valid"),
     ],
-    ids=["no-permission", "moved", "malformed", "shell-injection"],
+    ids=["named-sha-moved", "malformed", "shell-injection"],
 )
 def test_refused_comments_run_nothing(world: dict, body: str, login: str, moved: bool, reason: str) -> None:
     with serve(Spec()) as (api, state):
@@ -293,7 +340,8 @@ def test_refused_comments_run_nothing(world: dict, body: str, login: str, moved:
 def test_dispatch_with_a_pr_number(world: dict) -> None:
     event = copy.deepcopy(world["examples"]["workflow_dispatch"][0])
     _repository(event)
-    event["inputs"] = {"pr": "7", "levels": "0", "family": "", "model": "", "verl_ref": "", "ref": ""}
+    event["inputs"] = {"pr": "7", "sha": world["head"], "levels": "0", "family": "", "model": "", "verl_ref": "",
+                       "ref": ""}
     with serve(Spec()) as (api, state):
         prepare(state, world)
         proc = run_act(world, "workflow_dispatch", "verl-e2e-dispatch.yml", event, api)

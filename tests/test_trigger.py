@@ -13,7 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from verl_e2e.github import GitHubClient
-from verl_e2e.trigger import Command, CommandError, from_comment, from_dispatch, from_pull_request, parse_command
+from verl_e2e.trigger import (
+    Command,
+    CommandError,
+    Ignored,
+    from_comment,
+    from_dispatch,
+    from_pull_request,
+    from_push,
+    parse_command,
+)
 
 from .conftest import ROOT
 from .github_server import Spec, serve
@@ -118,20 +127,43 @@ def test_accepted_comment(examples: dict, spec: Spec) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "login", "committed", "message"),
+    ("body", "fork", "message"),
     [
-        ("/verl-e2e level=1", "visitor", "2026-11-30T09:00:00Z", "@visitor has read permission"),
-        ("/verl-e2e level=1", "maintainer", "2026-11-30T11:00:00Z", "the PR moved after the comment"),
-        (f"/verl-e2e sha={'3' * 40}", "maintainer", "2026-11-30T09:00:00Z", "the PR head is now 111111111111"),
+        (f"/verl-e2e sha={'3' * 40}", False, "the PR head is now 111111111111"),
+        ("/verl-e2e level=1", True, f"comes from a fork: name the commit you reviewed, e.g. `/verl-e2e sha={HEAD}`"),
+        ("/verl-e2e level=9", False, "is not valid"),
     ],
-    ids=["no-write-permission", "moved-after-comment", "named-sha-is-stale"],
+    ids=["named-sha-is-stale", "fork-needs-sha", "malformed-from-a-writer"],
 )
-def test_refused_comments(examples: dict, spec: Spec, body: str, login: str, committed: str, message: str) -> None:
+def test_refused_comments(examples: dict, spec: Spec, body: str, fork: bool, message: str) -> None:
     with serve(spec) as (url, state):
-        setup_pr(state, committed)
-        with pytest.raises(CommandError, match=message):
-            from_comment(comment_event(examples, body, login), GitHubClient("t", url))
+        setup_pr(state)
+        if fork:
+            state.pulls[1]["head"]["repo"] = {"full_name": "outsider/Hello-World"}
+        with pytest.raises(CommandError, match=message.replace("(", "\\(").replace("`", ".")):
+            from_comment(comment_event(examples, body), GitHubClient("t", url))
         assert state.violations == []
+
+
+def test_commenters_without_write_are_ignored_with_one_call_and_no_parse(examples: dict, spec: Spec) -> None:
+    with serve(spec) as (url, state):
+        setup_pr(state)
+        for body in ("/verl-e2e level=1", "/verl-e2e level=9 $(curl evil)"):
+            with pytest.raises(Ignored, match="@visitor has read permission"):
+                from_comment(comment_event(examples, body, "visitor"), GitHubClient("t", url))
+        assert [p for _m, p in state.requests if "/pulls/" in p] == []  # only the permission was asked
+        assert state.violations == []
+
+
+def test_a_backdated_force_push_is_not_trusted(examples: dict, spec: Spec) -> None:
+    """The head's committer date is set by its author: it decides nothing. A fork needs sha=; on a
+    same-repository PR the run pins the head current at the check (reported in the reason)."""
+    with serve(spec) as (url, state):
+        setup_pr(state, committed="2020-01-01T00:00:00Z")  # backdated long before the comment
+        state.pulls[1]["head"]["repo"] = {"full_name": "outsider/Hello-World"}
+        with pytest.raises(CommandError, match="sha="):
+            from_comment(comment_event(examples, "/verl-e2e level=1"), GitHubClient("t", url))
+        assert not any("/commits/" in p for _m, p in state.requests)
 
 
 def test_named_sha_pins_even_after_later_commits(examples: dict, spec: Spec) -> None:
@@ -151,23 +183,31 @@ def test_comments_that_are_not_for_us(examples: dict) -> None:
 
 def test_pull_request_events(examples: dict) -> None:
     event = copy.deepcopy(next(e for e in examples["pull_request"] if e["action"] == "opened"))
-    same = from_pull_request(event)
+    default = from_pull_request(event)
+    assert default.plan and not default.run and "pull-request/" in default.reason  # cells run on copy-pr-bot's push
+    same = from_pull_request(event, same_repo_prs=True)
     assert same.run and not same.fork and same.head_sha == event["pull_request"]["head"]["sha"]
     event["pull_request"]["head"]["repo"]["full_name"] = "someone/fork"
-    fork = from_pull_request(event)
-    assert fork.plan and not fork.run and fork.fork and "/verl-e2e" in fork.reason
+    fork = from_pull_request(event, same_repo_prs=True)
+    assert fork.plan and not fork.run and fork.fork and "/ok to test" in fork.reason and "sha=" in fork.reason
     event["pull_request"]["draft"] = True
     assert not from_pull_request(event).plan
 
 
 def test_dispatch(examples: dict, spec: Spec) -> None:
     event = copy.deepcopy(examples["workflow_dispatch"][0])
-    event["inputs"] = {"pr": "1", "levels": "0,5", "model": "", "verl_ref": "main"}
+    event["inputs"] = {"pr": "1", "sha": HEAD, "levels": "0,5", "model": "", "verl_ref": "main"}
     repo = event["repository"]["full_name"]
     with serve(spec) as (url, state):
         setup_pr(state)
         request = from_dispatch(event, GitHubClient("t", url))
         assert (request.head_sha, request.levels, request.verl_ref, request.repo) == (HEAD, "0,5", "main", repo)
+        event["inputs"] = {"pr": "1"}
+        with pytest.raises(CommandError, match="input pr needs sha"):
+            from_dispatch(event, GitHubClient("t", url))
+        event["inputs"] = {"pr": "1", "sha": "2" * 40}
+        with pytest.raises(CommandError, match="not the sha given"):
+            from_dispatch(event, GitHubClient("t", url))
         event["inputs"] = {"levels": "7"}
         with pytest.raises(CommandError, match="input level='7'"):
             from_dispatch(event, GitHubClient("t", url))
@@ -206,3 +246,15 @@ def test_fork_notice_checks_the_artifact_against_the_api(spec: Spec, cli, tmp_pa
         moved = cli("fork-notice", str(notice), "--head-sha", "9" * 40, env=env)
         assert moved.code == 2 and "is now at" in moved.err
         assert len(state.comments[1]) == 1 and state.violations == []
+
+
+def test_copy_pr_bot_push_runs_the_pushed_sha(examples: dict, spec: Spec) -> None:
+    event = copy.deepcopy(examples["push"][0])
+    event.update(ref="refs/heads/pull-request/1", after=HEAD, deleted=False)
+    with serve(spec) as (url, state):
+        setup_pr(state)
+        request = from_push(event, GitHubClient("t", url))
+        assert (request.run, request.pr, request.head_sha, request.base_sha) == (True, 1, HEAD, BASE)
+        event["ref"] = "refs/heads/main"
+        assert not from_push(event, GitHubClient("t", url)).run
+        assert state.violations == []

@@ -27,12 +27,15 @@ SITE_DEFAULTS = {
     "image_runner": '["self-hosted", "linux", "x64", "docker"]',
     "cache_root": "/var/cache/verl-e2e",
     "run_cell_args": "",
+    "same_repo_prs": "false",
 }
 
 
 def render(text: str, repository: str, sha: str, site: dict[str, str] | None = None) -> str:
     """Fill the placeholders; site values become quoted YAML scalars (JSON strings are valid YAML)."""
     text = text.replace("__VERL_E2E_REPOSITORY__", repository).replace("__VERL_E2E_SHA__", sha)
+    values = SITE_DEFAULTS | (site or {})
+    text = text.replace("__VERL_E2E_SAME_REPO_PRS_BOOL__", "true" if values["same_repo_prs"] == "true" else "false")
     for key, value in (SITE_DEFAULTS | (site or {})).items():
         text = text.replace(f"__VERL_E2E_{key.upper()}__", json.dumps(value))
     return text
@@ -65,6 +68,11 @@ def main() -> int:
     ap.add_argument("--image-runner", default=SITE_DEFAULTS["image_runner"], help="JSON labels of the image job")
     ap.add_argument("--cache-root", default=SITE_DEFAULTS["cache_root"], help="the runners' model/data cache")
     ap.add_argument("--run-cell-args", default="", help="extra run-cell flags for this site")
+    ap.add_argument(
+        "--same-repo-prs",
+        action="store_true",
+        help="also run cells on pull_request from branches of the repository itself (forks never run)",
+    )
     args = ap.parse_args()
     site = {
         "image": args.image,
@@ -72,6 +80,7 @@ def main() -> int:
         "image_runner": args.image_runner,
         "cache_root": args.cache_root,
         "run_cell_args": args.run_cell_args,
+        "same_repo_prs": "true" if args.same_repo_prs else "false",
     }
     for path in install(args.bridge, args.repository, args.sha, site):
         print(f"wrote {path}")

@@ -15,11 +15,22 @@ from typing import Any, TextIO
 from verl_e2e.cli_run import sayer as _sayer
 from verl_e2e.collect import collect
 from verl_e2e.errors import UsageError
+from verl_e2e.gate import Context as GateContext
+from verl_e2e.gate import GateRefused
+from verl_e2e.gate import decide as gate_decide
 from verl_e2e.github import GitHubClient
 from verl_e2e.plan import append_outputs
 from verl_e2e.publish import PublishOptions, publish, upsert_comment
 from verl_e2e.report import Context, fork_notice, refusal
-from verl_e2e.trigger import CommandError, RunRequest, from_comment, from_dispatch, from_pull_request
+from verl_e2e.trigger import (
+    CommandError,
+    Ignored,
+    RunRequest,
+    from_comment,
+    from_dispatch,
+    from_pull_request,
+    from_push,
+)
 
 
 def add_commands(sub: Any) -> None:
@@ -69,8 +80,24 @@ def add_commands(sub: Any) -> None:
         "model, verl_ref, fork, reason to $GITHUB_OUTPUT. A refused /verl-e2e comment gets a confused reaction "
         "and a reply that says why; an accepted one gets eyes.",
     )
-    trig.add_argument("--event-name", required=True, choices=("pull_request", "issue_comment", "workflow_dispatch"))
+    trig.add_argument(
+        "--event-name", required=True, choices=("push", "pull_request", "issue_comment", "workflow_dispatch")
+    )
     trig.add_argument("--event", type=Path, required=True, help="the event payload (GITHUB_EVENT_PATH)")
+    trig.add_argument(
+        "--same-repo-prs",
+        action="store_true",
+        help="pull_request from a branch of this repository runs cells (site opt-in; forks never do)",
+    )
+
+    gate = sub.add_parser(
+        "gate",
+        help="the reusable workflow's first job: refuse any run that may not reach the GPU runners",
+        description="Decide from GitHub's own context (EVENT_NAME, REPOSITORY, REF, SHA, PR_HEAD_REPOSITORY) and "
+        "the caller's BRIDGE_REPOSITORY, HEAD_SHA and SAME_REPO_PRS whether this run may use the GPU runners. "
+        "Exit 0 with the reason, or 1 with the refusal.",
+    )
+    del gate
 
     notice = sub.add_parser(
         "fork-notice",
@@ -164,13 +191,17 @@ def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO
         ) from None
     request: RunRequest | None
     if args.event_name == "pull_request":
-        request = from_pull_request(event)
+        request = from_pull_request(event, same_repo_prs=args.same_repo_prs)
+    elif args.event_name == "push":
+        request = from_push(event, GitHubClient.from_env(env))
     else:
         client = GitHubClient.from_env(env)
         try:
             request = (
                 from_comment(event, client) if args.event_name == "issue_comment" else from_dispatch(event, client)
             )
+        except Ignored as exc:
+            request = RunRequest(run=False, plan=False, reason=f"ignored: {exc}", source="issue_comment")
         except CommandError as exc:
             if args.event_name != "issue_comment":
                 raise
@@ -199,6 +230,19 @@ def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO
     if env.get("GITHUB_OUTPUT"):
         append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
     stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
+    return 0
+
+
+def cmd_gate(env: Mapping[str, str], stdout: TextIO) -> int:
+    try:
+        reason = gate_decide(GateContext.from_env(env))
+    except GateRefused as exc:
+        stdout.write(f"verl-e2e gate: refused: {exc}\n")
+        if env.get("GITHUB_STEP_SUMMARY"):
+            with Path(env["GITHUB_STEP_SUMMARY"]).open("a", encoding="utf-8") as fh:
+                fh.write(f"verl-e2e did not run on the GPU runners: {exc}\n")
+        return 1
+    stdout.write(f"verl-e2e gate: allowed: {reason}\n")
     return 0
 
 

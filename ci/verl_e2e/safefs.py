@@ -88,8 +88,10 @@ def copy_out(scratch: Path, out: Path, names: Iterable[str]) -> list[str]:
         except (UnsafeFileError, OSError) as exc:
             problems.append(f"{name}: {exc}; not copied")
             continue
-        dst = os.open(out / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
+        tmp = out / f".{name}.{secrets.token_hex(6)}.tmp"
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
         with os.fdopen(fd, "rb") as source, os.fdopen(dst, "wb") as target:
             while chunk := source.read(CHUNK):
                 target.write(chunk)
+        tmp.replace(out / name)  # over the host's own placeholder (phases.json), never through a link
     return problems

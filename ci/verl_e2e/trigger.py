@@ -1,12 +1,16 @@
 """Events -> a RunRequest, or a refusal that says why. The trust decisions live here, not in YAML.
 
-* pull_request: drafts are skipped; a PR from a fork gets a plan but no GPU run (its code would run on
-  self-hosted runners) until a maintainer comments `/verl-e2e`.
+* push to `pull-request/<N>`: NVIDIA's copy-pr-bot pushes the PR head there once a maintainer vetted
+  it (`/ok to test <sha>`), Megatron-Bridge's own CI convention: the pushed SHA runs.
+* pull_request: drafts are skipped; every PR gets a plan; GPU cells only for a branch of this
+  repository where the site opted in (a fork's code never runs by itself: a maintainer vets it).
 * issue_comment: the first line must be `/verl-e2e [level=2,3] [family=x] [model=org/name] [sha=<40 hex>]
-  [verl=<ref>]`; the commenter needs write permission (asked through the REST permission endpoint, not
-  author_association); the run uses the PR head current when the comment was written, or the SHA it
-  names, and is refused when the PR moved after the comment (time of check vs. time of use).
-* workflow_dispatch: a PR number or a ref, levels, model and verl ref from the inputs.
+  [verl=<ref>]`; the commenter needs write permission (the REST permission endpoint, not
+  author_association), checked before anything else: other commenters get no reaction and no reply.
+  A fork PR needs `sha=`; the run uses exactly that SHA (refused when the PR head moved away from it),
+  or, on a same-repository PR, the head at the time of the check. Commit dates are never trusted.
+* workflow_dispatch: a full SHA (with an optional PR number for the comment) or a ref, levels,
+  model and verl ref from the inputs.
 The event payload is read as data; nothing from it is ever executed.
 """
 
@@ -15,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any
 
 from verl_e2e.errors import VerlE2EError, did_you_mean
@@ -44,6 +47,10 @@ class CommandError(VerlE2EError):
     """A /verl-e2e comment that cannot be run; the message is the reply's reason."""
 
     exit_code = 2
+
+
+class Ignored(VerlE2EError):  # noqa: N818 - a decision, not a failure
+    """A command from someone without write access: no reaction, no reply (no API budget spent on them)."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +116,33 @@ def parse_command(body: str) -> Command | None:
     )
 
 
-def _time(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+PR_BRANCH = re.compile(r"refs/heads/pull-request/([0-9]+)")
 
 
-def from_pull_request(event: Mapping[str, Any]) -> RunRequest:
+def from_push(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
+    """copy-pr-bot's push of a vetted PR head to `pull-request/<N>`: that exact SHA runs."""
+    repo, ref, sha = event["repository"]["full_name"], str(event.get("ref", "")), str(event.get("after", ""))
+    m = PR_BRANCH.fullmatch(ref)
+    if m is None or not _VALUE["sha"].fullmatch(sha) or event.get("deleted"):
+        return RunRequest(run=False, plan=False, reason=f"push to {ref[:80]}: not a pull-request/<N> branch head")
+    number = int(m.group(1))
+    pull = client.pull(repo, number)
+    head_repo = (pull.get("head", {}).get("repo") or {}).get("full_name", "")
+    return RunRequest(
+        run=True,
+        plan=True,
+        reason=f"pull request #{number} vetted and pushed to pull-request/{number} at {sha[:12]}",
+        repo=repo,
+        pr=number,
+        head_sha=sha,
+        base_sha=pull["base"]["sha"],
+        fork=head_repo != repo,
+        requested_by=event.get("sender", {}).get("login", ""),
+        source="push",
+    )
+
+
+def from_pull_request(event: Mapping[str, Any], same_repo_prs: bool = False) -> RunRequest:
     pr = event["pull_request"]
     repo = event["repository"]["full_name"]
     base = {
@@ -133,63 +162,74 @@ def from_pull_request(event: Mapping[str, Any]) -> RunRequest:
             plan=True,
             fork=True,
             reason=(
-                f"pull request from the fork {head_repo or '(deleted)'}: no GPU run until a maintainer comments "
-                f"`{COMMAND}` (optionally with sha=<head sha>)"
+                f"pull request from the fork {head_repo or '(deleted)'}: no GPU run until a maintainer vets the "
+                f"head (`/ok to test {pr['head']['sha']}` for copy-pr-bot, or `{COMMAND} sha={pr['head']['sha']}`)"
             ),
             **base,
         )
-    return RunRequest(run=True, plan=True, reason="pull request from this repository", **base)
+    if not same_repo_prs:
+        return RunRequest(
+            run=False,
+            plan=True,
+            reason=(
+                f"GPU cells run when copy-pr-bot pushes pull-request/{pr['number']} (`/ok to test <sha>`), "
+                f"or on `{COMMAND} sha=<sha>`"
+            ),
+            **base,
+        )
+    return RunRequest(run=True, plan=True, reason="pull request from a branch of this repository", **base)
 
 
 def from_comment(event: Mapping[str, Any], client: GitHubClient) -> RunRequest | None:
-    """A RunRequest for a /verl-e2e comment on a PR; None when the comment is not for us."""
+    """A RunRequest for a /verl-e2e comment on a PR; None when the comment is not for us.
+
+    Raises Ignored for commenters without write access (checked first, one API call) and
+    CommandError, replied to, for a writer's command that cannot run.
+    """
     if event.get("action") != "created" or not event.get("issue", {}).get("pull_request"):
         return None
     comment = event["comment"]
-    command = parse_command(comment.get("body", ""))
-    if command is None:
+    first = (comment.get("body") or "").lstrip().split("\n", 1)[0].split()
+    if not first or first[0] != COMMAND:
         return None
     repo, number, user = (
         event["repository"]["full_name"],
         int(event["issue"]["number"]),
         comment["user"]["login"],
     )
-    common = {
-        "repo": repo,
-        "pr": number,
-        "requested_by": user,
-        "source": "issue_comment",
-        "comment_id": int(comment["id"]),
-    }
     permission = client.permission(repo, user)
     if permission not in WRITE:
-        raise CommandError(f"@{user} has {permission} permission here; running on GPU runners needs write or above")
+        raise Ignored(f"@{user} has {permission} permission; a /verl-e2e command needs write or above")
+    command = parse_command(comment.get("body", ""))
+    assert command is not None
     pull = client.pull(repo, number)
     head = pull["head"]["sha"]
+    fork = (pull["head"].get("repo") or {}).get("full_name", "") != repo
+    if fork and not command.sha:
+        raise CommandError(
+            f"this pull request comes from a fork: name the commit you reviewed, e.g. `{COMMAND} sha={head}`"
+        )
     if command.sha and command.sha != head:
         raise CommandError(
             f"the PR head is now {head[:12]}, not the {command.sha[:12]} the comment names; "
-            "check the new commits and comment again"
+            f"check the new commits and comment again (`{COMMAND} sha={head}`)"
         )
-    if not command.sha:
-        commit = client.request("GET", f"/repos/{repo}/commits/{head}").json()
-        committed = commit.get("commit", {}).get("committer", {}).get("date")
-        if committed and _time(committed) > _time(comment["created_at"]):
-            raise CommandError(
-                f"the PR moved after the comment (head {head[:12]} is newer); comment again, or "
-                f"name the commit with sha={head}"
-            )
     return RunRequest(
         run=True,
         plan=True,
-        reason=f"requested by @{user} ({permission})",
+        reason=f"requested by @{user} ({permission}) for {head[:12]}",
+        repo=repo,
+        pr=number,
         head_sha=head,
         base_sha=pull["base"]["sha"],
         levels=command.levels,
         family=command.family,
         model=command.model,
         verl_ref=command.verl,
-        **common,
+        fork=fork,
+        requested_by=user,
+        source="issue_comment",
+        comment_id=int(comment["id"]),
     )
 
 
@@ -209,17 +249,36 @@ def from_dispatch(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
         "requested_by": event.get("sender", {}).get("login", ""),
         "source": "workflow_dispatch",
     }
+    sha = str(inputs.get("sha") or "")
+    if sha and not _VALUE["sha"].fullmatch(sha):
+        raise CommandError(f"input sha={sha[:60]!r} is not valid; expected {EXPECTED['sha']}")
     if inputs.get("pr"):
         if not str(inputs["pr"]).isdigit():
             raise CommandError(f"input pr={inputs['pr']!r} is not a pull request number")
+        if not sha:
+            raise CommandError(
+                "input pr needs sha: the full SHA of the head you reviewed (a PR number alone pins nothing)"
+            )
         pull = client.pull(repo, int(inputs["pr"]))
+        if pull["head"]["sha"] != sha:
+            raise CommandError(f"PR #{inputs['pr']} head is {pull['head']['sha'][:12]}, not the sha given ({sha[:12]})")
         return RunRequest(
             run=True,
             plan=True,
-            reason="manual dispatch",
+            reason=f"manual dispatch of {sha[:12]} for PR #{inputs['pr']}",
             pr=int(inputs["pr"]),
-            head_sha=pull["head"]["sha"],
+            head_sha=sha,
             base_sha=pull["base"]["sha"],
+            **common,
+        )
+    if sha:
+        base = client.request("GET", f"/repos/{repo}/commits/{event['repository'].get('default_branch', 'main')}")
+        return RunRequest(
+            run=True,
+            plan=True,
+            reason=f"manual dispatch of {sha[:12]}",
+            head_sha=sha,
+            base_sha=base.json()["sha"],
             **common,
         )
     ref = inputs.get("ref") or event.get("ref", "")
