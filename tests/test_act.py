@@ -320,7 +320,7 @@ def test_comments_from_users_without_write_get_no_reaction_or_reply(world: dict)
     ("body", "login", "moved", "reason"),
     [
         (f"/verl-e2e sha={'e' * 40}", "maintainer", True, "the PR head is now ffffffffffff"),
-        ("/verl-e2e level=one", "maintainer", False, "`level=one` is not valid"),
+        ("/verl-e2e level=one", "maintainer", False, "'level=one' is not valid"),  # user text shown, not rendered
         ("/verl-e2e model=$(touch${IFS}/tmp/verl-e2e-act-pwned)", "maintainer", False, "is not valid"),
     ],
     ids=["named-sha-moved", "malformed", "shell-injection"],
@@ -340,8 +340,15 @@ def test_refused_comments_run_nothing(world: dict, body: str, login: str, moved:
 def test_dispatch_with_a_pr_number(world: dict) -> None:
     event = copy.deepcopy(world["examples"]["workflow_dispatch"][0])
     _repository(event)
-    event["inputs"] = {"pr": "7", "sha": world["head"], "levels": "0", "family": "", "model": "", "verl_ref": "",
-                       "ref": ""}
+    event["inputs"] = {
+        "pr": "7",
+        "sha": world["head"],
+        "levels": "0",
+        "family": "",
+        "model": "",
+        "verl_ref": "",
+        "ref": "",
+    }
     with serve(Spec()) as (api, state):
         prepare(state, world)
         proc = run_act(world, "workflow_dispatch", "verl-e2e-dispatch.yml", event, api)

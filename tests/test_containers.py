@@ -251,6 +251,31 @@ def test_trainer_faults(
         assert next(c for c in v["checks"] if c["name"] == "no_nan")["result"] == "Fail"
 
 
+def test_links_planted_by_the_cell_are_not_followed(
+    tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
+) -> None:
+    """The attack: code in the cell plants links in the run dir to a runner secret (to get it uploaded) and
+    to a host file (to get it overwritten), and writes a verdict of its own. None of it leaves the cell."""
+    secret = tmp_path / "docker-config.json"
+    secret.write_text('{"auths": {"ghcr.io": {"auth": "c2VjcmV0LXRva2Vu"}}}')
+    target = tmp_path / "host-script.sh"
+    target.write_text("echo untouched\n")
+    proc, out = run_cell(
+        tmp_path, plan_file, "L0-lora-ddp-qwen", image, bridge, "--no-bridge-tests",
+        "--env", "FAKE_VERL_MODE=plant-links", "--env", f"FAKE_VERL_STOLEN={secret}",
+        "--env", f"FAKE_VERL_TARGET={target}",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
+    assert target.read_text() == "echo untouched\n"
+    for path in out.rglob("*"):
+        assert not path.is_symlink(), path
+        if path.is_file():
+            assert "c2VjcmV0LXRva2Vu" not in path.read_text(errors="replace"), path
+    v = verdict(out)
+    assert v["result"] == "Fail" and "unsafe files" in v["headline"] and "symbolic link" in v["headline"]
+    assert not (out / "bridge-tests.log").exists()
+
+
 def test_phase_timeout_keeps_the_log_tail(
     tmp_path: Path, plan_file: Path, image: str, bridge: Path, engine: docker.DockerClient
 ) -> None:

@@ -30,8 +30,16 @@ def test_copy_pr_bot_push_is_allowed() -> None:
         ({"event_name": "pull_request", "head_repository": REPO}, "did not opt in"),
         ({"event_name": "workflow_run"}, "may not reach"),
     ],
-    ids=["other-branch", "other-sha", "other-repo", "not-a-sha", "pull-request-target", "fork-pr", "no-opt-in",
-         "workflow-run"],
+    ids=[
+        "other-branch",
+        "other-sha",
+        "other-repo",
+        "not-a-sha",
+        "pull-request-target",
+        "fork-pr",
+        "no-opt-in",
+        "workflow-run",
+    ],
 )
 def test_refusals(change: dict[str, object], reason: str) -> None:
     with pytest.raises(GateRefused, match=reason):
@@ -45,8 +53,16 @@ def test_same_repo_pr_with_opt_in_and_default_branch_events() -> None:
 
 
 def test_gate_cli_reads_githubs_context_from_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
-    env = {"EVENT_NAME": "pull_request", "REPOSITORY": REPO, "REF": "refs/pull/7/merge", "SHA": SHA,
-           "PR_HEAD_REPOSITORY": "someone/fork", "BRIDGE_REPOSITORY": REPO, "HEAD_SHA": SHA, "SAME_REPO_PRS": "true"}
+    env = {
+        "EVENT_NAME": "pull_request",
+        "REPOSITORY": REPO,
+        "REF": "refs/pull/7/merge",
+        "SHA": SHA,
+        "PR_HEAD_REPOSITORY": "someone/fork",
+        "BRIDGE_REPOSITORY": REPO,
+        "HEAD_SHA": SHA,
+        "SAME_REPO_PRS": "true",
+    }
     assert main(["gate"], env=env) == 1
     assert "refused" in capsys.readouterr().out
     assert main(["gate"], env=env | {"EVENT_NAME": "push", "REF": "refs/heads/pull-request/7"}) == 0

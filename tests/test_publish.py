@@ -78,10 +78,19 @@ def test_comment_created_then_updated_then_left_alone(gh) -> None:
 def test_marker_found_among_150_comments_over_pages(gh) -> None:
     client, state, _ = gh
     state.comments[9] = [{"id": i, "body": f"comment {i}", "user": {"login": "x"}} for i in range(1, 151)]
-    state.comments[9][120]["body"] = MARKER + "\nold report"
+    state.comments[9][120].update(body=MARKER + "\nold report", user={"login": "github-actions[bot]"})
     assert upsert_comment(client, REPO, 9, MARKER + "\nnew report") == ("updated", 121)
     assert len(state.comments[9]) == 150
     assert any("page=2" in path for _, path in state.requests)
+
+
+def test_a_marker_planted_by_someone_else_is_not_our_comment(gh) -> None:
+    """The attack: an outsider posts the hidden marker first, hoping the report edits (or fails on) it."""
+    client, state, _ = gh
+    state.comments[9] = [{"id": 5, "body": MARKER + "\n## ✅ verl-e2e: Pass (forged)", "user": {"login": "mallory"}}]
+    action, comment_id = upsert_comment(client, REPO, 9, MARKER + "\nthe real report")
+    assert action == "created" and comment_id != 5
+    assert state.comments[9][0]["body"].endswith("(forged)")  # left alone, and ours is separate
 
 
 def test_retries_502_then_succeeds(gh) -> None:

@@ -131,3 +131,11 @@ def test_a_bad_num_gpus_is_one_clear_line(tmp_path: Path, matrix: Matrix, capsys
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "multiple of 4" in err[0]
+
+
+def test_a_runner_that_owns_gpus_hands_them_out_by_id(matrix: Matrix) -> None:
+    cell = cell_for(matrix, 0)  # 2 GPUs
+    assert gpu_request(cell, None, available=8, runner_devices="4,5,6,7") == ["4", "5"]
+    with pytest.raises(UsageError, match="this runner owns 1"):
+        gpu_request(cell, None, available=8, runner_devices="3")
+    assert gpu_request(cell, None, available=8) == 2  # no ownership declared: by count

@@ -223,7 +223,7 @@ def test_trigger_cli_refusal_reacts_and_replies(examples: dict, spec: Spec, cli,
         result = cli("trigger", "--event-name", "issue_comment", "--event", str(event_file), env=env)
         assert result.code == 0, result.err
         assert state.reactions[-1][1] == "confused"
-        assert "`level=8` is not valid" in state.comments[1][-1]["body"]
+        assert "'level=8' is not valid" in state.comments[1][-1]["body"]  # the user's text is shown, not rendered
         assert "run<<" in out.read_text() and "\nfalse\n" in out.read_text()
         event_file.write_text(json.dumps(comment_event(examples, "/verl-e2e level=1")))
         ok = cli("trigger", "--event-name", "issue_comment", "--event", str(event_file), env=env)

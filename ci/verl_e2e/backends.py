@@ -217,7 +217,8 @@ def run_docker(  # noqa: PLR0917 - the backends share one call shape
                 f"run-cell: image {image} is neither present nor pullable; build it with `verl-e2e image` "
                 "(or pass --image with a tag this host has)"
             ) from None
-    spec = container_spec(opts, gpu_request(cell, opts.gpus, host_gpus()), scratch)
+    devices = gpu_request(cell, opts.gpus, host_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    spec = container_spec(opts, devices, scratch)
     device_requests = []
     if isinstance(spec.gpus, int):
         device_requests = [docker.types.DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]

@@ -55,6 +55,11 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("--artifacts-url", help="link to the uploaded run dirs")
     rep.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
     rep.add_argument(
+        "--bot-login",
+        default="github-actions[bot]",
+        help="the account whose marker comment is edited (the token's; default github-actions[bot])",
+    )
+    rep.add_argument(
         "--job-result",
         action="append",
         default=[],
@@ -162,6 +167,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         summary=summary,
         junit=args.junit,
         dry_run=args.dry_run,
+        bot_login=args.bot_login,
     )
     client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
     done = publish(verdicts, ctx, opts, client, say)

@@ -27,11 +27,25 @@ class PublishOptions:
     summary: Path | None = None
     junit: Path | None = None
     dry_run: bool = False
+    bot_login: str = "github-actions[bot]"  # the sticky comment is this account's, never someone else's
 
 
-def upsert_comment(client: GitHubClient, repo: str, pr: int, body: str) -> tuple[str, int]:
-    """Create the comment, or update the one with the marker; ("unchanged", id) when nothing differs."""
-    existing = next((c for c in client.comments(repo, pr) if report.MARKER in (c.get("body") or "")), None)
+def upsert_comment(
+    client: GitHubClient, repo: str, pr: int, body: str, bot_login: str = "github-actions[bot]"
+) -> tuple[str, int]:
+    """Create the comment, or update ours (marker and author); ("unchanged", id) when nothing differs.
+
+    Anyone can post a comment holding the marker; only the bot's own one is edited, so a planted
+    marker neither hijacks the report nor makes an edit fail before the check is written.
+    """
+    existing = next(
+        (
+            c
+            for c in client.comments(repo, pr)
+            if report.MARKER in (c.get("body") or "") and (c.get("user") or {}).get("login") == bot_login
+        ),
+        None,
+    )
     if existing is None:
         return "created", int(client.create_comment(repo, pr, body)["id"])
     if existing.get("body") == body:
@@ -66,11 +80,7 @@ def publish(
     if (opts.comment or opts.check) and client is None:
         raise UsageError("report: publishing needs a GitHub token (GITHUB_TOKEN); or pass --dry-run")
     assert client is not None or not (opts.comment or opts.check)
-    if opts.comment and ctx.pr is not None and client is not None:
-        action, comment_id = upsert_comment(client, ctx.repo, ctx.pr, body)
-        done["comment"] = {"action": action, "id": comment_id}
-        say(f"comment {action} on {ctx.repo}#{ctx.pr}")
-    if opts.check and client is not None:
+    if opts.check and client is not None:  # the check first: a failing comment never leaves it unwritten
         if not ctx.sha:
             raise UsageError("report: --check needs the head commit (--sha or GITHUB_SHA)")
         try:
@@ -83,4 +93,8 @@ def publish(
             )
             done["status"] = "created"
             say("check runs are not allowed for this token; set a commit status instead")
+    if opts.comment and ctx.pr is not None and client is not None:
+        action, comment_id = upsert_comment(client, ctx.repo, ctx.pr, body, opts.bot_login)
+        done["comment"] = {"action": action, "id": comment_id}
+        say(f"comment {action} on {ctx.repo}#{ctx.pr}")
     return done

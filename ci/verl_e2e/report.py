@@ -58,8 +58,29 @@ def _duration(seconds: float | None) -> str:
     return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
+_MD = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "|": "\\|",
+        "`": "'",
+        "[": "\\[",
+        "]": "\\]",
+        "@": "&#64;",  # no mention of anyone from a log line
+        "\n": " ",
+        "\r": " ",
+    }
+)
+
+
+def md(text: object) -> str:
+    """A value from a run dir or a plan, shown as plain text in markdown or HTML: nothing it says renders."""
+    return str(text).translate(_MD).strip()
+
+
 def _cell_text(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ").strip()
+    return md(text)
 
 
 def key_line(v: Verdict) -> str:
@@ -90,7 +111,7 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     if ctx.artifacts_url:
         links.append(f"[run dirs]({ctx.artifacts_url})")
     if ctx.job_failures:
-        where.append("Workflow jobs that did not finish: " + ", ".join(ctx.job_failures))
+        where.append("Workflow jobs that did not finish: " + ", ".join(md(j) for j in ctx.job_failures))
     line = ". ".join(where) + ("." if where else "")
     if links:
         line += (" " if line else "") + " · ".join(links)
@@ -118,7 +139,8 @@ def table(verdicts: Sequence[Verdict]) -> list[str]:
     ]
     for v in sorted(verdicts, key=lambda v: (ORDER.get(v.result, 9), v.level, v.cell_id)):
         rows.append(
-            f"| `{v.cell_id}` | {v.level} | {v.variant} | `{v.model}` | {ICON.get(v.result, '')} {v.result} "
+            f"| `{md(v.cell_id)}` | {v.level} | {md(v.variant)} | `{md(v.model)}` "
+            f"| {ICON.get(v.result, '')} {v.result} "
             f"| {_duration(v.duration_s)} | {_cell_text(key_line(v))} |"
         )
     return rows
@@ -130,7 +152,7 @@ def details(v: Verdict, limit: int | None = None) -> str:
         body = body[: max(0, limit - 40)].rstrip() + "\n… (shortened; the full summary is in the run dir)"
     fenced = body.replace("```", "'''")  # a fence inside would end the code block early
     return (
-        f"<details><summary>{ICON.get(v.result, '')} <code>{v.cell_id}</code>: {v.result}</summary>\n\n"
+        f"<details><summary>{ICON.get(v.result, '')} <code>{md(v.cell_id)}</code>: {v.result}</summary>\n\n"
         f"```text\n{fenced}\n```\n\n</details>"
     )
 
@@ -140,7 +162,7 @@ def skipped_levels(ctx: Context) -> list[str]:
         return []
     lines = ["", "<details><summary>Levels not run</summary>", ""]
     for level, why in sorted(ctx.skipped.items()):
-        lines.append(f"- Level {level}: {why}. Request it with `/verl-e2e level={level}`.")
+        lines.append(f"- Level {md(level)}: {md(why)}. Request it with `/verl-e2e level={md(level)}`.")
     return [*lines, "", "</details>"]
 
 
@@ -233,7 +255,7 @@ def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: b
 
 def refusal(reason: str) -> str:
     """The reply to a `/verl-e2e` comment that could not be run."""
-    return f"{MARKER.replace('pr-comment', 'reply')}\n⚠️ verl-e2e did not run: {reason}\n\nUsage: {USAGE}\n"
+    return f"{MARKER.replace('pr-comment', 'reply')}\n⚠️ verl-e2e did not run: {md(reason)}\n\nUsage: {USAGE}\n"
 
 
 def fork_notice(sha: str) -> str:

@@ -117,10 +117,24 @@ def host_gpus() -> int:
     return len(list(Path("/dev").glob("nvidia[0-9]*")))
 
 
-def gpu_request(cell: Cell, gpus: str | None, available: int) -> list[str] | int | None:
-    """None: no GPUs; an int: that many; a list: these device ids."""
+def gpu_request(
+    cell: Cell, gpus: str | None, available: int, runner_devices: str | None = None
+) -> list[str] | int | None:
+    """None: no GPUs; an int: that many; a list: these device ids.
+
+    `runner_devices`: the GPUs this runner owns (its CUDA_VISIBLE_DEVICES), where a host has several
+    runners; the cell then gets the first of those by id instead of "any N", so runners never collide.
+    """
     if gpus == "none":
         return None
+    owned = [d.strip() for d in (runner_devices or "").split(",") if d.strip().isdigit()]
+    if gpus is None and owned:
+        if len(owned) < cell.gpus:
+            raise UsageError(
+                f"run-cell: the cell {cell.id} needs {cell.gpus} GPU(s) but this runner owns {len(owned)} "
+                f"(CUDA_VISIBLE_DEVICES={runner_devices}); run it on a runner labelled {', '.join(cell.runs_on)}"
+            )
+        return owned[: cell.gpus]
     if gpus in (None, "all"):
         need = cell.gpus if gpus is None else max(available, 1)
         if available < need:

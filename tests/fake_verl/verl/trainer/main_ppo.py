@@ -67,6 +67,11 @@ def main():
                 )
             )
             return 1
+    if mode == "plant-links":  # what hostile PR code could do: links in the run dir to the host's files
+        run_dir = Path(os.environ.get("FAKE_VERL_RUN_DIR", "/run/verl-e2e"))
+        (run_dir / "bridge-tests.log").symlink_to(os.environ["FAKE_VERL_STOLEN"])
+        (run_dir / "evidence.json").symlink_to(os.environ["FAKE_VERL_TARGET"])
+        (run_dir / "verdict.json").write_text('{"result": "Pass"}')
     if mode == "setup-fail":
         say(
             F.worker_traceback(
