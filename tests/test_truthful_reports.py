@@ -159,3 +159,15 @@ def test_a_stale_run_dir_of_another_cell_is_ignored_and_a_stale_verdict_re_judge
     verdicts = collect([runs], said.append, planned=cells)
     assert [(v.level, v.result) for v in verdicts] == [(0, "Fail")]
     assert any("not in this run's plan" in line for line in said)
+
+
+def test_a_run_dir_of_another_commit_is_not_evidence_for_this_head(tmp_path: Path, matrix: Matrix) -> None:
+    _plan_file, cells = _plan(tmp_path, matrix, (0,))
+    run = write_run_dir(tmp_path / "a" / "L0", cell_for(matrix, 0), {"run": V.run(1)}, bridge_tests=OK)
+    provenance = json.loads((run / "provenance.json").read_text())
+    provenance["bridge"]["full_commit"] = "c" * 40
+    (run / "provenance.json").write_text(json.dumps(provenance))
+    (v,) = collect([tmp_path / "a"], [].append, planned=cells, head_sha="d" * 40)
+    assert v.result == "Fail" and "not the head under test" in v.headline
+    (ok,) = collect([tmp_path / "a"], [].append, planned=cells, head_sha="c" * 40)
+    assert ok.result == "Pass", ok.headline

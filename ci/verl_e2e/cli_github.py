@@ -145,6 +145,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         planned=planned,
         job_result=results.get("cell", results.get("cells", "")),
         run_url=run_url,
+        head_sha=args.sha or "",
     )
     publishing = (args.comment and args.pr is not None) or args.check
     repo = _repo(args, env) if publishing or args.repo else ""

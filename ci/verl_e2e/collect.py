@@ -11,6 +11,7 @@ is judged (reading runs by hand).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,20 @@ def did_not_report(cell: Cell, job_result: str, run_url: str) -> Verdict:
     )
 
 
+def tested_another_commit(v: Verdict, head_sha: str) -> Verdict:
+    """A run dir whose Bridge checkout was not the head under test: not evidence for this commit."""
+    tested = str((v.repos.get("bridge") or {}).get("full_commit", ""))
+    reason = f"the run dir tested Bridge {tested[:12]}, not the head under test {head_sha[:12]}"
+    return replace(
+        v,
+        result="Fail",
+        headline=f"Fail - Level {v.level} ({v.variant}) of {v.model}: {reason}",
+        failure_class="wrong_commit",
+        key_lines=[reason, *v.key_lines],
+        follow_ups=["rerun the cell on the head under test"],
+    )
+
+
 def collect(
     paths: Sequence[Path],
     say: Callable[[str], None] = print,
@@ -75,6 +90,7 @@ def collect(
     planned: Sequence[Mapping[str, Any]] | None = None,
     job_result: str = "",
     run_url: str = "",
+    head_sha: str = "",
 ) -> list[Verdict]:
     """One verdict per planned cell (or per run dir found, without a plan), sorted by cell id."""
     cells = {c.id: c for c in (cell_from_json(dict(item)) for item in planned or [])}
@@ -91,7 +107,12 @@ def collect(
         if cell_id in verdicts:
             say(f"{run}: a second run dir for {cell_id}; the first one found is reported")
             continue
-        verdicts[cell_id] = judge_run_dir(run, cell=cells.get(cell_id))
+        verdict = judge_run_dir(run, cell=cells.get(cell_id))
+        tested = str((verdict.repos.get("bridge") or {}).get("full_commit", ""))
+        if head_sha and tested and tested != head_sha:
+            say(f"{run}: tested Bridge {tested[:12]}, not {head_sha[:12]}; reported as a Fail")
+            verdict = tested_another_commit(verdict, head_sha)
+        verdicts[cell_id] = verdict
     for cell_id, cell in cells.items():
         if cell_id not in verdicts:
             say(f"{cell_id}: planned, but no run dir was found; reported as did not report")

@@ -130,7 +130,7 @@ def append_outputs(path: Path, outputs: Mapping[str, str]) -> None:
 
 
 def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str]) -> dict[str, str]:
-    """Append `levels`, `matrix`, `has_cells` to $GITHUB_OUTPUT and the markdown to $GITHUB_STEP_SUMMARY.
+    """Append `levels`, `matrix`, `has_cells`, `verl_ref` to $GITHUB_OUTPUT and the markdown to $GITHUB_STEP_SUMMARY.
 
     Values go through the heredoc form with a random delimiter, so no value can end the block early.
     Returns the outputs (also what gets printed when the files are not set, e.g. locally).
@@ -139,6 +139,8 @@ def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str]) -> dict[str
         "levels": json.dumps(list(plan.selection.levels), separators=(",", ":")),
         "matrix": github_matrix(plan.cells),
         "has_cells": "true" if plan.cells else "false",
+        # the verl commit the image bakes in: the pinned one unless the request named another
+        "verl_ref": matrix.defaults.verl_ref,
     }
     if env.get("GITHUB_OUTPUT"):
         append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
