@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def test_a_previous_run_dir_is_replaced_and_anything_else_refused(tmp_path: Path
 
 def test_values_from_run_dirs_never_render_as_markdown(tmp_path: Path, matrix: Matrix) -> None:
     hostile = "x | <img src=x onerror=alert(1)> @everyone [click](https://evil.example) `"
-    cell = cell_for(matrix, 0)
+    cell = replace(cell_for(matrix, 0), id="L0`</code><img src=x onerror=alert(1)>@everyone")
     failing = V.run(1)[:-300] + V.worker_traceback("RuntimeError", hostile)
     run = write_run_dir(tmp_path / "run", cell, {"run": failing}, statuses={"run": "failed"})
     verdict = judge_run_dir(run)
@@ -100,3 +101,5 @@ def test_values_from_run_dirs_never_render_as_markdown(tmp_path: Path, matrix: M
     assert table and all("<img" not in row and "@everyone" not in row and not link.search(row) for row in table)
     head = body.split("\n\n| Cell")[0]
     assert "<img" not in head and "@everyone" not in head
+    summary = next(line for line in body.splitlines() if line.startswith("<details>"))
+    assert summary.count("<code>") == 1 and "</code><img" not in summary and "@everyone" not in summary

@@ -149,6 +149,33 @@ def test_fork_prs_never_reach_the_gpu_jobs() -> None:
     doc = yaml.safe_load(text)
     assert doc["jobs"]["e2e"]["if"] == "needs.trigger.outputs.run == 'true'"
     assert "pull_request_target" not in text
+    assert doc[True]["push"]["branches"] == ["pull-request/[0-9]+"]  # copy-pr-bot's vetted heads
+
+
+def _needs(job: dict) -> set[str]:
+    needs = job.get("needs", [])
+    return {needs} if isinstance(needs, str) else set(needs)
+
+
+def test_every_job_of_the_reusable_workflow_waits_for_the_gate() -> None:
+    """The guard a fork cannot edit: a GitHub-hosted gate job first, reading only GitHub's context."""
+    jobs = _load(ROOT / ".github/workflows/verl-e2e.yml")["jobs"]
+    gate = jobs["gate"]
+    assert gate["runs-on"] == "ubuntu-latest" and gate["permissions"] == {} and "needs" not in gate
+    env = gate["steps"][-1]["env"]
+    assert env["EVENT_NAME"] == "${{ github.event_name }}" and env["REPOSITORY"] == "${{ github.repository }}"
+    assert env["PR_HEAD_REPOSITORY"] == "${{ github.event.pull_request.head.repo.full_name }}"
+    reach: dict[str, set[str]] = {}
+
+    def upstream(name: str) -> set[str]:
+        if name not in reach:
+            reach[name] = set().union(*[{n} | upstream(n) for n in _needs(jobs[name])]) if _needs(jobs[name]) else set()
+        return reach[name]
+
+    for name in jobs:
+        if name != "gate":
+            assert "gate" in upstream(name), f"job {name} does not wait for the gate"
+    assert "needs.gate.result == 'success'" in jobs["report"]["if"]
 
 
 def test_installer_refuses_a_moving_ref(tmp_path: Path) -> None:
