@@ -19,7 +19,7 @@ from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.errors import UsageError
 from verl_e2e.judging import judge_run_dir
 from verl_e2e.rundir import load_run_dir
-from verl_e2e.verdict import Deliverable, Verdict
+from verl_e2e.verdict import Deliverable, Verdict, identity
 
 
 def _run_dirs(paths: Sequence[Path], allow_empty: bool) -> list[Path]:
@@ -43,11 +43,7 @@ def did_not_report(cell: Cell, job_result: str, run_url: str) -> Verdict:
     reason = f"did not report: no run dir was uploaded{where}{link}"
     none = "no run dir"
     return Verdict(
-        cell_id=cell.id,
-        level=cell.level,
-        variant=cell.variant,
-        family=cell.family,
-        model=cell.model,
+        **identity(cell),
         result="Fail",
         headline=f"Fail - Level {cell.level} ({cell.variant}) of {cell.model}: {reason}",
         requested=f"Level {cell.level} ({cell.variant})",

@@ -309,11 +309,7 @@ def judge(
     command = reproduce(phases) or next((ev.command for ev in evidences.values() if ev.command), None)
     durations = [p.duration_s for p in phases if p.duration_s is not None]
     return Verdict(
-        cell_id=cell.id,
-        level=cell.level,
-        variant=cell.variant,
-        family=cell.family,
-        model=cell.model,
+        **identity(cell),
         result=out.result,
         headline=_headline(cell, out, checks, evidences),
         requested=f"Level {cell.level} ({cell.variant})",
@@ -329,6 +325,17 @@ def judge(
         command=command,
         log_capture=log_capture,
     )
+
+
+def identity(cell: Cell) -> dict[str, Any]:
+    """The fields a verdict takes from its cell, whoever writes the verdict."""
+    return {
+        "cell_id": cell.id,
+        "level": cell.level,
+        "variant": cell.variant,
+        "family": cell.family,
+        "model": cell.model,
+    }
 
 
 def _repo_line(info: Mapping[str, Any] | None) -> str:
