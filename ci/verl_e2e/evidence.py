@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from verl_e2e.classify import classify, root_role
 from verl_e2e.logmetrics import Metrics
 from verl_e2e.logstages import Stages, stage
-from verl_e2e.logtext import clean_line, is_dump, parse_number
+from verl_e2e.logtext import clean_line, is_dump
 from verl_e2e.signatures import Signature, default_signatures
 from verl_e2e.tracebacks import Tracebacks
 
@@ -29,8 +29,6 @@ try:  # RE2 scans for every needle in one linear pass; without it each needle co
     import re2 as _re2
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _re2 = None
-
-__all__ = ["CHUNK", "Evidence", "LogParser", "clean_line", "parse_bytes", "parse_number", "parse_stream"]
 
 CHUNK = 4 << 20  # bytes read at a time
 MAX_LINE = 64 << 10  # longer lines are cut (a 1 GB line must not become a 1 GB string)
