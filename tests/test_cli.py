@@ -103,7 +103,12 @@ def test_github_format_with_no_cells(cli, tmp_path: Path) -> None:
     result = cli("plan", "--example", "docs-only", "--format", "github", env={"GITHUB_OUTPUT": str(out)})
     assert result.code == 0
     values = _parse_github_output(out.read_text())
-    assert values == {"levels": "[]", "matrix": '{"include":[]}', "has_cells": "false"}
+    assert values == {
+        "levels": "[]",
+        "matrix": '{"include":[]}',
+        "has_cells": "false",
+        "verl_ref": "1dda039b9c6311889a9c9a26040677e1254814f9",  # the pinned verl commit, for the image job
+    }
 
 
 def _parse_github_output(text: str) -> dict[str, str]:
