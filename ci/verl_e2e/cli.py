@@ -337,6 +337,8 @@ def main(
             return cli_github.cmd_reply(args, env, stdout)
         if args.command == "trigger":
             return cli_github.cmd_trigger(args, env, stdout)
+        if args.command == "compare":
+            return cli_github.cmd_compare(args, stdout)
         if args.command == "gate":
             return cli_github.cmd_gate(env, stdout)
         if args.command == "fork-notice":

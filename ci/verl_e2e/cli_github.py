@@ -19,9 +19,11 @@ from verl_e2e.gate import Context as GateContext
 from verl_e2e.gate import GateRefused
 from verl_e2e.gate import decide as gate_decide
 from verl_e2e.github import GitHubClient
+from verl_e2e.judging import judge_run_dir
 from verl_e2e.plan import append_outputs
 from verl_e2e.publish import PublishOptions, publish, upsert_comment
-from verl_e2e.report import Context, fork_notice, refusal
+from verl_e2e.regression import annotate, compare
+from verl_e2e.report import Context, fork_notice, only_pre_existing, refusal
 from verl_e2e.trigger import (
     CommandError,
     Ignored,
@@ -54,6 +56,17 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("--run-url", help="link to the workflow run (default: from the Actions environment)")
     rep.add_argument("--artifacts-url", help="link to the uploaded run dirs")
     rep.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    rep.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="RUNS_OF_BASE",
+        help="run dirs of the same cells on the merge base: each failure is new, already failing, or changed",
+    )
+    rep.add_argument(
+        "--pre-existing-fails",
+        action="store_true",
+        help="a failure already on the merge base fails the check too (default: it does not, and says so)",
+    )
     rep.add_argument(
         "--bot-login",
         default="github-actions[bot]",
@@ -94,6 +107,15 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="pull_request from a branch of this repository runs cells (site opt-in; forks never do)",
     )
+
+    cmp = sub.add_parser(
+        "compare",
+        help="compare a cell's run dir with the same cell run on the merge base",
+        description="Re-judge both run dirs and say whether the failure is new in the change, already failing "
+        "on the base (same failure class and first exception), a changed failure, or unknown.",
+    )
+    cmp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    cmp.add_argument("base_run_dir", type=Path, metavar="BASE_RUN_DIR")
 
     gate = sub.add_parser(
         "gate",
@@ -147,6 +169,9 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         run_url=run_url,
         head_sha=args.sha or "",
     )
+    if args.baseline is not None:
+        base = {v.cell_id: v for v in collect([args.baseline], say, allow_empty=True)}
+        verdicts = annotate(verdicts, base)
     publishing = (args.comment and args.pr is not None) or args.check
     repo = _repo(args, env) if publishing or args.repo else ""
     ctx = Context(
@@ -159,6 +184,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         skipped=plan.get("skipped", {}),
         reasons=plan.get("reasons", {}),
         job_failures=job_failures,
+        pre_existing_fails=args.pre_existing_fails,
     )
     summary = args.summary or (Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None)
     opts = PublishOptions(
@@ -173,7 +199,22 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
     client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
     done = publish(verdicts, ctx, opts, client, say)
     stdout.write(f"verl-e2e: {done['result']} ({len(verdicts)} cells)\n")
+    if done["result"] == "Fail" and only_pre_existing(verdicts, ctx):
+        stdout.write("verl-e2e: every failure is already on the merge base; not counted against the change\n")
+        return 0
     return 0 if done["result"] in ("Pass", "Skipped") else 1
+
+
+def cmd_compare(args: argparse.Namespace, stdout: TextIO) -> int:
+    here, base = judge_run_dir(args.run_dir), judge_run_dir(args.base_run_dir)
+    result = compare(here, base)
+    if result is None:
+        stdout.write(f"{here.cell_id}: Pass here (the base: {base.result}); nothing to compare\n")
+        return 0
+    stdout.write(f"{here.cell_id}: {result['outcome']} - {result['reason']}\n")
+    stdout.write(f"  this run: {here.result}, {here.failure_class}: {here.exception or 'no exception'}\n")
+    stdout.write(f"  the base: {base.result}, {base.failure_class}: {base.exception or 'no exception'}\n")
+    return 0
 
 
 def cmd_react(args: argparse.Namespace, env: Mapping[str, str]) -> int:

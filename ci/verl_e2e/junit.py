@@ -36,6 +36,8 @@ def suite(v: Verdict) -> TestSuite:
         info = v.repos.get(name)
         if isinstance(info, dict) and info.get("commit"):
             properties[f"{name}_commit"] = str(info.get("full_commit") or info["commit"])
+    if v.comparison:
+        properties["versus_merge_base"] = v.comparison["outcome"]
     image = v.repos.get("image")
     if isinstance(image, dict) and image.get("tag"):
         properties["image"] = str(image["tag"])

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_e2e.regression import counts_against_the_pr, says
 from verl_e2e.verdict import Verdict, image_line, render_text
 
 MARKER = "<!-- verl-e2e:pr-comment -->"
@@ -39,6 +40,7 @@ class Context:
     skipped: Mapping[str, str] = field(default_factory=dict)  # level -> why (from the plan)
     reasons: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)  # plan reasons
     job_failures: Sequence[str] = ()  # workflow jobs that failed or were cancelled (e.g. "plan: failure")
+    pre_existing_fails: bool = False  # site setting: a failure already on the merge base fails the check
 
 
 def overall(verdicts: Sequence[Verdict], ctx: Context | None = None) -> str:
@@ -85,7 +87,8 @@ def _cell_text(text: str) -> str:
 
 def key_line(v: Verdict) -> str:
     if v.result in ("Fail", "Blocked"):
-        return v.headline.split(": ", 1)[-1][:140]
+        versus = says(v)
+        return ((versus + ": ") if versus else "") + v.headline.split(": ", 1)[-1][:140]
     return next(
         (k for k in reversed(v.key_lines) if "training/global_step" in k),
         v.key_lines[-1] if v.key_lines else "",
@@ -97,6 +100,9 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     counts: Counter[str] = Counter(v.result for v in verdicts)
     parts = ", ".join(f"{counts[r]} {r.lower()}" for r in ("Pass", "Fail", "Blocked", "Skipped") if counts[r])
     title = f"## {ICON[result]} verl-e2e: {result}"
+    versus = Counter(says(v) for v in verdicts if says(v))
+    if versus:
+        parts += "; " + ", ".join(f"{n} {what.split(' (')[0]}" for what, n in sorted(versus.items()))
     if verdicts:
         title += f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})"
     elif not ctx.job_failures:
@@ -208,6 +214,9 @@ def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool 
         "Blocked": "failure" if blocked_fails else "neutral",
     }[result]
     title = headline(verdicts, ctx)[0].removeprefix("## ")
+    if result == "Fail" and only_pre_existing(verdicts, ctx):
+        conclusion = "neutral"
+        title += " - every failure is already on the merge base, so the check does not fail"
     annotations = []
     for v in [v for v in verdicts if v.result in ("Fail", "Blocked")][:MAX_ANNOTATIONS]:
         paths = [
@@ -237,6 +246,16 @@ def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool 
     return payload
 
 
+def only_pre_existing(verdicts: Sequence[Verdict], ctx: Context) -> bool:
+    """Every failed cell was already failing on the merge base (and the site does not count those)."""
+    failing = [v for v in verdicts if v.result == "Fail"]
+    return (
+        bool(failing)
+        and not ctx.job_failures
+        and not any(counts_against_the_pr(v, ctx.pre_existing_fails) for v in failing)
+    )
+
+
 def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
     """The fallback where check runs are not allowed: one commit status."""
     result = overall(verdicts, ctx)
@@ -246,6 +265,8 @@ def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: b
         "Fail": "failure",
         "Blocked": "failure" if blocked_fails else "error",
     }[result]
+    if result == "Fail" and only_pre_existing(verdicts, ctx):
+        state = "success"  # statuses have no neutral; the description says why
     description = headline(verdicts, ctx)[0].removeprefix("## ").replace(ICON[result], "").strip()
     payload = {"state": state, "context": "verl-e2e", "description": description[:140]}
     if ctx.run_url:

@@ -151,7 +151,7 @@ def _run_in(
     _write(scratch / "cell.json", cell.to_json())
     started = time.time()
     stream = Streamer(cell.id, opts.out / "driver.log", console)
-    info: dict[str, Any] = {"started": started}
+    info: dict[str, Any] = {"started": started, "runner": list(cell.runs_on)}
     with Cancellation() as cancel:
         try:
             if opts.backend == "docker":
@@ -178,6 +178,7 @@ def _merge_provenance(out: Path, info: Mapping[str, Any], problems: list[str]) -
     if "image" in info:
         provenance["image"] = {"tag": info["image"], "id": info.get("image_id")}
     provenance["host_exit_code"] = info.get("exit_code")
+    provenance["runner"] = info.get("runner", [])
     if problems:  # the cell handed back something that is not a plain file: never evidence of a pass
         provenance["setup_failure"] = {
             "step": "run dir",

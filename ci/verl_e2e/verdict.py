@@ -9,7 +9,6 @@ Bridge, so it is not evidence against the provider. A cell that never ran is a F
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
@@ -17,6 +16,7 @@ from typing import Any, Literal, get_args
 from verl_e2e.cells import Cell
 from verl_e2e.checks import Check, bridge_import, build_checks
 from verl_e2e.evidence import Evidence
+from verl_e2e.quotes import detected_limitations, first_exception, key_lines, reproduce
 from verl_e2e.rundir import PhaseRun
 
 Result = Literal["Pass", "Fail", "Blocked"]
@@ -67,6 +67,8 @@ class Verdict:
     repos: dict[str, Any] = field(default_factory=dict)
     command: str | None = None
     log_capture: str = ""
+    exception: str | None = None  # the root exception of the first failed phase, "Type: message"
+    comparison: dict[str, str] | None = None  # against the merge base (`regression.compare`), if known
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,48 +94,6 @@ def _failure(phases: Sequence[PhaseRun], evidences: Mapping[str, Evidence]) -> t
         if phase.status in ("failed", "error") or (phase.exit_code not in (None, 0)):
             return (found if found != "none" else "runtime"), phase.name, stage
     return "none", None, "done"
-
-
-def _key_lines(evidences: Mapping[str, Evidence], phases: Sequence[PhaseRun]) -> list[str]:
-    lines: list[str] = []
-    for name, ev in evidences.items():
-        prefix = f"[{name}] " if len(evidences) > 1 else ""
-        if "VANILLA_MBRIDGE" in ev.traced_env:
-            lines.append(f"{prefix}VANILLA_MBRIDGE={ev.traced_env['VANILLA_MBRIDGE']}")
-        if ev.progress_final:
-            lines.append(f"{prefix}Training Progress: {ev.progress_final}")
-        if ev.max_step is not None:
-            lines.append(f"{prefix}training/global_step:{ev.max_step}")
-        if ev.saves:
-            lines.append(f"{prefix}saved global_step_{', global_step_'.join(map(str, ev.saves))}")
-        if ev.resumed_from is not None:
-            lines.append(f"{prefix}resumed from global_step_{ev.resumed_from}")
-        if ev.exception:
-            lines.append(f"{prefix}{ev.exception['type']}: {ev.exception['message']}".rstrip(": "))
-        elif ev.failure_line:
-            lines.append(f"{prefix}{ev.failure_line}")
-    for phase in phases:
-        if phase.status in ("timeout", "killed", "cancelled") and phase.log_tail:
-            lines.append(f"[{phase.name}] {phase.status}; last line: {phase.log_tail[-1]}")
-    return lines
-
-
-def _detected_limitations(
-    cell: Cell, evidences: Mapping[str, Evidence], phases: Sequence[PhaseRun], recorded: Sequence[str]
-) -> list[str]:
-    out = list(cell.limitations) + list(recorded)
-    for ev in evidences.values():
-        command = ev.command or ""
-        commands = " ".join([command, *(p.command or "" for p in phases)])
-        if ev.traced_env.get("USE_DUMMY_MODEL") == "True" and not any(x.startswith("dummy model") for x in out):
-            out.append("dummy model: proves construction and training mechanics only")
-        if "reward_model.enable=False" in commands and not any(x.startswith("reward model disabled") for x in out):
-            out.append("reward model disabled (reward.reward_model.enable=False)")
-        if "enforce_eager=True" in commands and not any("enforce_eager" in x for x in out):
-            out.append("rollout runs with enforce_eager=True")
-        if ev.residual_noise:
-            out.append(f"residual shutdown noise after the last step ({len(ev.residual_noise)} line(s)), accepted")
-    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -266,18 +226,6 @@ def _follow_ups(cell: Cell, out: _Outcome, evidences: Mapping[str, Evidence], ch
     return follow
 
 
-def reproduce(phases: Sequence[PhaseRun]) -> str | None:
-    """Shell lines that rerun the phases as they ran: working dir, the variables the cell set, args."""
-    lines = []
-    for phase in phases:
-        if not phase.command:
-            continue
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(phase.env.items()))
-        prefix = f"cd {shlex.quote(phase.cwd)} && " if phase.cwd else ""
-        lines.append(f"{prefix}{'env ' + env + ' ' if env else ''}{phase.command}")
-    return " ; ".join(lines) or None
-
-
 def judge(
     cell: Cell,
     *,
@@ -315,15 +263,16 @@ def judge(
         requested=f"Level {cell.level} ({cell.variant})",
         deliverables=_deliverables(cell, phases, checks, log_sizes, log_capture),
         checks=checks,
-        key_lines=_key_lines(evidences, phases),
-        limitations=_detected_limitations(cell, evidences, phases, provenance.get("limitations", [])),
+        key_lines=key_lines(evidences, phases),
+        limitations=detected_limitations(cell, evidences, phases, provenance.get("limitations", [])),
         follow_ups=_follow_ups(cell, out, evidences, checks),
         failure_class=out.failure_class,
         failed_phase=out.failed_phase,
         duration_s=sum(durations) if durations else None,
-        repos={k: provenance[k] for k in ("bridge", "verl", "image", "megatron_lm") if k in provenance},
+        repos={k: provenance[k] for k in ("bridge", "verl", "image", "megatron_lm", "runner") if k in provenance},
         command=command,
         log_capture=log_capture,
+        exception=first_exception(evidences, out.failed_phase),
     )
 
 
@@ -364,6 +313,14 @@ def render_text(v: Verdict) -> str:
         f"- Bridge repo: {_repo_line(v.repos.get('bridge'))}",
         f"- verl repo: {_repo_line(v.repos.get('verl'))}",
         f"- Image: {image_line(v.repos)}",
+        *(
+            [
+                f"- Versus the merge base: {v.comparison['outcome']} - {v.comparison.get('reason', '')}"
+                + (f" ({v.comparison['base']})" if v.comparison.get("base") else "")
+            ]
+            if v.comparison
+            else []
+        ),
         f"- Command: {v.command or 'not recorded'}",
         f"- Key lines: {'; '.join(v.key_lines) or 'none'}",
         "Limitations:",

@@ -1,0 +1,97 @@
+"""New in this PR, already failing on the merge base, changed, or unknown: from real run dirs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from verl_e2e.cli import main
+from verl_e2e.judging import judge_run_dir
+from verl_e2e.regression import compare
+from verl_e2e.report import Context, check_run
+
+from .conftest import SHARED
+
+REAL = SHARED / "reference" / "real-runs"
+TYPEERROR = "03-verl-vs-mcore-unwrap-model-typeerror"  # Fail, model_build
+APEX = "02-gradient-accumulation-fusion-needs-apex"  # Blocked, setup
+PASSED = "05-pass-level0-mcore-0.19-attention-auto"
+
+
+def _copy(name: str, into: Path) -> Path:
+    """A real run dir copied under `into` (judging writes its records), read in place otherwise.
+
+    The five shared runs committed the same verl tree afresh each time (so their verl commit ids
+    differ); the copy takes run 03's verl commit, as runs of one pinned verl would have.
+    """
+    if not (REAL / name).is_dir():
+        pytest.fail(f"{REAL / name} is missing: the real run dirs are part of the test data")
+    into.mkdir(parents=True, exist_ok=True)
+    run = Path(shutil.copytree(REAL / name, into / "L0-lora-ddp-qwen"))
+    pinned = json.loads((REAL / TYPEERROR / "provenance.json").read_text())["verl"]
+    provenance = json.loads((run / "provenance.json").read_text())
+    provenance["verl"] = provenance["repos"]["verl"] = pinned
+    (run / "provenance.json").write_text(json.dumps(provenance))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("base", "outcome"),
+    [(TYPEERROR, "pre-existing"), (PASSED, "new"), (APEX, "changed"), (None, "unknown")],
+    ids=["same-failure-on-base", "base-passed", "base-failed-differently", "no-base-result"],
+)
+def test_the_four_outcomes(tmp_path: Path, base: str | None, outcome: str) -> None:
+    here = judge_run_dir(_copy(TYPEERROR, tmp_path / "pr"))
+    there = judge_run_dir(_copy(base, tmp_path / "base")) if base else None
+    result = compare(here, there)
+    assert result is not None and result["outcome"] == outcome, result
+
+
+def test_runs_of_another_image_or_verl_are_not_compared(tmp_path: Path) -> None:
+    here = judge_run_dir(_copy(TYPEERROR, tmp_path / "pr"))
+    base_dir = _copy(TYPEERROR, tmp_path / "base")
+    provenance = json.loads((base_dir / "provenance.json").read_text())
+    provenance["verl"]["full_commit"] = "0" * 40
+    (base_dir / "provenance.json").write_text(json.dumps(provenance))
+    result = compare(here, judge_run_dir(base_dir))
+    assert result == {"outcome": "unknown", "reason": "the merge-base run differs in verl commit"}
+
+
+def test_report_with_a_baseline_says_which_failures_are_the_prs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _copy(TYPEERROR, tmp_path / "pr")
+    _copy(TYPEERROR, tmp_path / "base")
+    summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
+    args = ["report", str(tmp_path / "pr"), "--baseline", str(tmp_path / "base"), "--no-comment", "--no-check"]
+    code = main([*args, "--summary", str(summary), "--junit", str(junit)], env={})
+    assert code == 0  # the only failure is already on the merge base: not counted (the default)
+    assert "already failing on the merge base" in summary.read_text()
+    assert "not counted against the change" in capsys.readouterr().out
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert props["versus_merge_base"] == "pre-existing"
+    assert main([*args, "--pre-existing-fails"], env={}) == 1  # the site's setting: they fail the check
+
+
+def test_the_check_is_neutral_when_every_failure_is_pre_existing(tmp_path: Path) -> None:
+    here = judge_run_dir(_copy(TYPEERROR, tmp_path / "pr"))
+    base = judge_run_dir(_copy(TYPEERROR, tmp_path / "base"))
+    from dataclasses import replace
+
+    v = replace(here, comparison=compare(here, base))
+    payload = check_run([v], Context(sha="a" * 40))
+    assert payload["conclusion"] == "neutral" and "already on the merge base" in payload["output"]["title"]
+    assert check_run([v], Context(sha="a" * 40, pre_existing_fails=True))["conclusion"] == "failure"
+    new = replace(here, comparison=compare(here, judge_run_dir(_copy(PASSED, tmp_path / "b2"))))
+    assert check_run([new], Context(sha="a" * 40))["conclusion"] == "failure"
+
+
+def test_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    here, base = _copy(TYPEERROR, tmp_path / "pr"), _copy(PASSED, tmp_path / "base")
+    assert main(["compare", str(here), str(base)], env={}) == 0
+    out = capsys.readouterr().out
+    assert "L0-lora-ddp-qwen: new - the merge base passed this cell" in out and "TypeError" in out
