@@ -381,6 +381,29 @@ def test_local_backend_runs_the_same_driver(tmp_path: Path, plan_file: Path, fak
     assert verdict(out)["result"] == "Pass"
 
 
+def test_a_transient_block_is_retried_once_and_both_attempts_kept(
+    tmp_path: Path, plan_file: Path, fake_verl: Path, bridge: Path
+) -> None:
+    out = tmp_path / "runs" / "L0"
+    cmd = [
+        sys.executable, "-m", "verl_e2e", "run-cell", str(plan_file), "--cell-id", "L0-lora-ddp-qwen",
+        "--bridge", str(bridge), "--out", str(out), "--backend", "local", "--verl", str(fake_verl),
+        "--gpus", "none", "--import-check", "location", "--no-preflight", "--cache", str(tmp_path / "cache"),
+        "--no-bridge-tests", "--env", "FAKE_VERL_MODE=gcs-once",
+    ]  # fmt: skip
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "Blocked by ray-gcs (transient); running it again" in proc.stdout
+    first = verdict(out / "attempt-1")
+    assert first["result"] == "Blocked" and "GCS" in first["headline"]
+    final = verdict(out)
+    assert final["result"] == "Pass" and any("attempt 1 was Blocked by ray-gcs" in x for x in final["limitations"])
+    from verl_e2e.collect import collect
+
+    assert [v.cell_id for v in collect([tmp_path / "runs"], [].append)] == ["L0-lora-ddp-qwen"]  # one row
+
+
 def test_engine_not_reachable(tmp_path: Path, plan_file: Path, bridge: Path) -> None:
     env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/docker.sock")
     cmd = [

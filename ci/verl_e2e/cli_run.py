@@ -121,6 +121,14 @@ def run_options(p: argparse.ArgumentParser) -> None:
         help="skip the environment preflight (and the overrides it adds for missing APEX, flash-attn, nvtx)",
     )
     p.add_argument("--no-bridge-tests", action="store_true", help="skip the focused Bridge tests")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run a cell Blocked by a transient cause (Ray start-up, NCCL timeout, node lost) up to N more times "
+        "(default 1; earlier attempts are kept in attempt-K/)",
+    )
     p.add_argument("--cache", type=Path, help="runner cache root (default: defaults.host_cache in matrix.yaml)")
     p.add_argument(
         "--ulimit",
@@ -169,6 +177,7 @@ def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path
         import_check=args.import_check,
         megatron_lm=args.megatron_lm,
         preflight="off" if args.no_preflight else "auto",
+        retries=max(0, args.retries),
         bridge_tests="skip" if args.no_bridge_tests else "auto",
         cache=cache,
         container_paths=dict(matrix.defaults.container_paths),

@@ -29,7 +29,9 @@ def _run_dirs(paths: Sequence[Path], allow_empty: bool) -> list[Path]:
             if allow_empty:
                 continue
             raise UsageError(f"report: {root}: no such directory; pass run dirs or the directory holding them")
-        dirs = sorted({p.parent for p in root.rglob("cell.json") if p.is_file() and not p.is_symlink()})
+        found_here = {p.parent for p in root.rglob("cell.json") if p.is_file() and not p.is_symlink()}
+        # an earlier attempt kept inside a run dir (attempt-1/) belongs to that run dir, not a row of its own
+        dirs = sorted(d for d in found_here if not any(a in found_here for a in d.parents))
         if not dirs and not allow_empty:
             raise UsageError(f"report: {root}: no run dirs (no cell.json below it)")
         found += dirs

@@ -37,6 +37,7 @@ from verl_e2e.runopts import (
     load_cell,
     parse_env_pairs,
 )
+from verl_e2e.signatures import default_signatures
 from verl_e2e.verdict import Verdict
 
 __all__ = [
@@ -110,6 +111,7 @@ def run_dir_names(cell: Cell) -> list[str]:
 
 
 def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None) -> Verdict:
+    """Run the cell; a Blocked run with a transient cause runs again (both attempts kept)."""
     cell = load_cell(opts.cell_file)
     bridge = check_bridge(opts.bridge)
     opts = replace(opts, bridge=bridge, env=check_env(opts.env), out=opts.out.resolve())
@@ -123,25 +125,56 @@ def run_cell(opts: RunOptions, console: TextIO = sys.stdout, client: Any = None)
     out = opts.out
     with run_dir_writes(out):
         fresh_run_dir(out)
-        _write(out / "cell.json", cell.to_json())
-        _write(
-            out / "phases.json", [{"name": p.name, "log": f"{p.name}.log", "status": "not_run"} for p in cell.phases]
-        )
-        scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{cell.id}-", dir=out.parent))
-        try:
-            cancel, info = _run_in(scratch, cell, opts, console, client)
-            problems = safefs.copy_out(scratch, out, run_dir_names(cell))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        if info.get("status") in ("timeout", "cancelled"):
-            reason = "cell deadline reached; stopped" if info["status"] == "timeout" else "cancelled by a signal"
-            _patch_phases(out, info["status"], reason)
-        _write(out / "host.json", info)
-        _merge_provenance(out, info, problems)
-        verdict = judge_run_dir(out)
+        verdict, cancel = _attempt(cell, opts, console, client)
+        for number in range(1, opts.retries + 1):
+            cause = _transient(out) if verdict.result == "Blocked" and cancel.signum is None else None
+            if cause is None:
+                break
+            console.write(f"verl-e2e: {cell.id}: Blocked by {cause} (transient); running it again\n")
+            kept = out.with_name(f".{out.name}.attempt-{number}")
+            shutil.rmtree(kept, ignore_errors=True)
+            out.rename(kept)
+            out.mkdir()
+            verdict, cancel = _attempt(cell, opts, console, client)
+            kept.rename(out / f"attempt-{number}")
+            provenance = _read_json(out / "provenance.json") or {}
+            note = f"retried: attempt {number} was Blocked by {cause} (transient); it is kept in attempt-{number}/"
+            provenance.setdefault("limitations", []).append(note)
+            _write(out / "provenance.json", provenance)
+            verdict = judge_run_dir(out)
     if cancel.signum is not None:
         raise CancelledError(cancel.signum)
     return verdict
+
+
+def _transient(out: Path) -> str | None:
+    """The transient signature that blocked the run (from its own evidence.json), if any."""
+    evidence = _read_json(out / "evidence.json")
+    names = {s.name for s in default_signatures() if s.transient}
+    for ev in (evidence or {}).values() if isinstance(evidence, dict) else []:
+        if isinstance(ev, dict) and ev.get("failure_signature") in names:
+            return str(ev["failure_signature"])
+    return None
+
+
+def _attempt(cell: Cell, opts: RunOptions, console: TextIO, client: Any) -> tuple[Verdict, Cancellation]:
+    """One run into the (empty) run dir: scratch, copy-out, the host's records, the verdict."""
+    out = opts.out
+    _write(out / "cell.json", cell.to_json())
+    not_run = [{"name": p.name, "log": f"{p.name}.log", "status": "not_run"} for p in cell.phases]
+    _write(out / "phases.json", not_run)
+    scratch = Path(tempfile.mkdtemp(prefix=f".scratch-{cell.id}-", dir=out.parent))
+    try:
+        cancel, info = _run_in(scratch, cell, opts, console, client)
+        problems = safefs.copy_out(scratch, out, run_dir_names(cell))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if info.get("status") in ("timeout", "cancelled"):
+        reason = "cell deadline reached; stopped" if info["status"] == "timeout" else "cancelled by a signal"
+        _patch_phases(out, info["status"], reason)
+    _write(out / "host.json", info)
+    _merge_provenance(out, info, problems)
+    return judge_run_dir(out), cancel
 
 
 def _run_in(

@@ -72,6 +72,7 @@ class RunOptions:
     container_paths: Mapping[str, str] = field(default_factory=dict)
     shm_size: str = "16g"
     network: str = "none"  # the container's network; cells read only the mounted caches
+    retries: int = 1  # a Blocked cell with a transient cause (signatures.yaml `transient`) runs again
     pids_limit: int = 32768
     ulimits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))
 

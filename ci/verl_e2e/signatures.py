@@ -36,6 +36,7 @@ class Signature:
     regex: re.Pattern[str]
     hint: str
     example: str | None = None  # a line it must match (checked by a test)
+    transient: bool = False  # a cause that passes (Ray start-up, a collective timeout, a lost node): retried once
 
 
 def build_signatures(entries: Iterable[Mapping[str, Any]], where: str) -> tuple[Signature, ...]:
@@ -53,7 +54,8 @@ def build_signatures(entries: Iterable[Mapping[str, Any]], where: str) -> tuple[
         if not isinstance(needle, str) or not needle:
             raise ConfigError(f"{spot}.needle: expected a non-empty literal that every matching line contains")
         name = entry.get("name", f"signature-{i}")
-        out.append(Signature(name, cls, needle, regex, entry.get("hint", ""), entry.get("example")))
+        transient = bool(entry.get("transient", False))
+        out.append(Signature(name, cls, needle, regex, entry.get("hint", ""), entry.get("example"), transient))
     return tuple(out)
 
 

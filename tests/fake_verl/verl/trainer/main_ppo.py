@@ -67,6 +67,21 @@ def main():
                 )
             )
             return 1
+    if mode == "gcs-once":  # Ray's head unreachable on the first attempt only (a transient cause)
+        marker = Path(cfg.get("trainer.default_local_dir", "checkpoints")).parent / "gcs-failed-once"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("1")
+            say("[2026-12-01 10:00:00,000 W 1 1] gcs_client.cc:186: Failed to get cluster ID from GCS server: TimedOut")
+            say(
+                F.worker_traceback(
+                    "RuntimeError",
+                    "Failed to connect to GCS at address 127.0.0.1:6379",
+                    frames=("run",),
+                    actor_method="run",
+                )
+            )
+            return 1
     if mode == "plant-links":  # what hostile PR code could do: links in the run dir to the host's files
         run_dir = Path(os.environ.get("FAKE_VERL_RUN_DIR", "/run/verl-e2e"))
         (run_dir / "bridge-tests.log").symlink_to(os.environ["FAKE_VERL_STOLEN"])
