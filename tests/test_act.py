@@ -103,6 +103,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
             str(root / "cache"),
             "--run-cell-args",
             "--gpus none --import-check location --no-preflight --ulimit memlock=default --no-bridge-tests",
+            "--verl-ref",  # the synthetic verl's own commit (matrix.yaml pins the real one)
+            git(verl, "rev-parse", "HEAD"),
         ],
         check=True,
         capture_output=True,
@@ -175,7 +177,9 @@ def run_act(
         ("GITHUB_API_URL", api),
     ):
         cmd += ["--env", f"{key}={value}"]
-    return subprocess.run(cmd, cwd=world["bridge"], capture_output=True, text=True, timeout=1500, check=False)
+    proc = subprocess.run(cmd, cwd=world["bridge"], capture_output=True, text=True, timeout=1500, check=False)
+    (world["root"] / f"{event_name}.act.log").write_text(proc.stdout + proc.stderr)  # the whole run, to read
+    return proc
 
 
 def jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:

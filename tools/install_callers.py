@@ -28,6 +28,7 @@ SITE_DEFAULTS = {
     "cache_root": "/var/cache/verl-e2e",
     "run_cell_args": "",
     "same_repo_prs": "false",
+    "verl_ref": "",
 }
 
 
@@ -44,6 +45,9 @@ def render(text: str, repository: str, sha: str, site: dict[str, str] | None = N
 def install(bridge: Path, repository: str, sha: str, site: dict[str, str] | None = None) -> list[Path]:
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise SystemExit(f"--sha {sha}: expected a full 40-character commit SHA (tags and branches can move)")
+    verl_ref = (site or {}).get("verl_ref", "")
+    if verl_ref and not re.fullmatch(r"[0-9a-f]{40}", verl_ref):
+        raise SystemExit(f"--verl-ref {verl_ref}: expected a full 40-character verl commit SHA (or leave it out)")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
         raise SystemExit(f"--repository {repository}: expected owner/name")
     if not (bridge / "src" / "megatron" / "bridge").is_dir():
@@ -68,6 +72,7 @@ def main() -> int:
     ap.add_argument("--image-runner", default=SITE_DEFAULTS["image_runner"], help="JSON labels of the image job")
     ap.add_argument("--cache-root", default=SITE_DEFAULTS["cache_root"], help="the runners' model/data cache")
     ap.add_argument("--run-cell-args", default="", help="extra run-cell flags for this site")
+    ap.add_argument("--verl-ref", default="", help="pin verl to this full SHA instead of matrix.yaml's")
     ap.add_argument(
         "--same-repo-prs",
         action="store_true",
@@ -81,6 +86,7 @@ def main() -> int:
         "cache_root": args.cache_root,
         "run_cell_args": args.run_cell_args,
         "same_repo_prs": "true" if args.same_repo_prs else "false",
+        "verl_ref": args.verl_ref,
     }
     for path in install(args.bridge, args.repository, args.sha, site):
         print(f"wrote {path}")
