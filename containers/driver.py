@@ -5,15 +5,18 @@ Runs inside the verl image (or directly on a machine that has verl, with `--back
 library only, because the image's Python is not ours. Steps, each recorded in the run dir:
 
   1. both repos' commit and dirty files                       -> provenance.json "repos"
-  2. PYTHONPATH: Bridge src/ and 3rdparty/Megatron-LM first, then verl, plus the import probe
-  3. where the driver and a Ray worker (a real Ray task with runtime_env PYTHONPATH) import
-     megatron.bridge from; a path outside the mounted checkout stops the cell (Blocked)
-  4. focused Bridge tests, when the cell asks for them         -> bridge-tests.json
-  5. GSM8K parquet from the cache, made by verl's preprocessing when missing
-  6. reward model from the cache, or `reward.reward_model.enable=False` recorded as a limitation
-  7. dummy-model config from the cached checkpoint config, when the cell uses one
-  8. `ray stop --force`, stale checkpoints removed (kept between the cell's phases)
-  9. each phase through verl's wrapper with the cell's env and Hydra args plus the Ray runtime_env
+  2. PYTHONPATH: Bridge src/ and its Megatron-LM (--megatron-lm), then verl, plus the import probe
+  3. where the driver imports megatron.bridge from (`--import-check full`: also a Ray task of its
+     own); verl's own Ray workers report theirs through the probe; a path outside the mounted
+     checkout stops the cell (Blocked)
+  4. the environment preflight (preflight.py): Blocked on what verl cannot run without, overrides
+     and limitations for what it can avoid                   -> provenance.json "environment"
+  5. focused Bridge tests, when the cell asks for them         -> bridge-tests.json
+  6. GSM8K parquet from the (read-only) cache, or made for this cell under its work dir
+  7. reward model from the cache, or `reward.reward_model.enable=False` recorded as a limitation
+  8. dummy-model config from the cached checkpoint config, when the cell uses one
+  9. `ray stop --force`, stale checkpoints removed (kept between the cell's phases), then each
+     phase through verl's wrapper with the cell's env and Hydra args plus the Ray runtime_env
      PYTHONPATH override; output teed into <phase>.log       -> phases.json, checkpoints.json
 
 A failure before step 9 is written as provenance.json "setup_failure" and stops the cell. SIGTERM
