@@ -89,26 +89,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (bridge / "3rdparty/Megatron-LM/.keep").write_text("")
     git(bridge, "init", "-q", "-b", "main")
     git(bridge, "remote", "add", "origin", f"https://github.com/{REPO}.git")
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tools/install_callers.py"),
-            "--bridge",
-            str(bridge),
-            "--sha",
-            here,
-            "--image",
-            image,
-            "--cache-root",
-            str(root / "cache"),
-            "--run-cell-args",
-            "--gpus none --import-check location --no-preflight --ulimit memlock=default --no-bridge-tests",
-            "--verl-ref",  # the synthetic verl's own commit (matrix.yaml pins the real one)
-            git(verl, "rev-parse", "HEAD"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    site = {"here": here, "image": image, "cache": root / "cache", "verl_head": git(verl, "rev-parse", "HEAD")}
+    install(bridge, site)
     git(bridge, "add", "-A")
     git(bridge, "commit", "-qm", "base")
     base = git(bridge, "rev-parse", "HEAD")
@@ -124,6 +106,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     examples = {e["name"]: e["examples"] for e in json.loads(EXAMPLES.read_text())}
     return {
+        "site": site,
         "root": root,
         "actions": actions,
         "bridge": bridge,
@@ -134,6 +117,33 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "venv": venv,
         "examples": examples,
     }
+
+
+SITE_ARGS = "--gpus none --import-check location --no-preflight --ulimit memlock=default --no-bridge-tests"
+
+
+def install(bridge: Path, site: dict, extra_run_cell_args: str = "") -> None:
+    """Install the callers into the synthetic Bridge as a site would (installer flags, pinned SHA)."""
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/install_callers.py"),
+            "--bridge",
+            str(bridge),
+            "--sha",
+            site["here"],
+            "--image",
+            site["image"],
+            "--cache-root",
+            str(site["cache"]),
+            "--run-cell-args",
+            f"{SITE_ARGS} {extra_run_cell_args}".strip(),
+            "--verl-ref",  # the synthetic verl's own commit (matrix.yaml pins the real one)
+            site["verl_head"],
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def _repository(event: dict) -> None:
@@ -378,3 +388,48 @@ def test_workflow_run_publishes_the_fork_notice(world: dict) -> None:
         body = state.comments[7][0]["body"]
         assert "waiting for a maintainer" in body and f"/verl-e2e sha={world['head']}" in body
         assert state.violations == []
+
+
+def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, matrix) -> None:
+    """The runner's cache holds the cell's result on the merge base (failing the same way): the change
+    is not blamed, the check is neutral and says why, and the base result rides along as an artifact."""
+    from verl_e2e import basecache
+
+    from . import verl_log as V
+    from .rundirs import cell_for, write_run_dir
+
+    cell = cell_for(matrix, 0)
+    crash = V.run(1)[:-300] + V.worker_traceback(
+        "RuntimeError",
+        "CUDA error: an illegal memory access was encountered",
+        frames=("update_actor",),
+        actor_method="actor_rollout_update_actor",
+    )
+    seed = write_run_dir(world["root"] / "seed" / cell.id, cell, {"run": crash}, statuses={"run": "failed"})
+    provenance = json.loads((seed / "provenance.json").read_text())
+    provenance["image"] = {"tag": world["site"]["image"]}
+    (seed / "provenance.json").write_text(json.dumps(provenance))
+    fields = {
+        "cell_id": cell.id,
+        "merge_base": world["base"],
+        "environment": world["site"]["image"],
+        "runner": ",".join(cell.runs_on),
+    }
+    entry = basecache.store(world["site"]["cache"], fields, seed)
+    install(world["bridge"], world["site"], "--env FAKE_VERL_MODE=crash")
+    try:
+        with serve(Spec()) as (api, state):
+            prepare(state, world)
+            proc = run_act(world, "push", "verl-e2e-pr.yml", push_event(world), api)
+            done = jobs(proc)
+            assert done.get("L0-lora-ddp-qwen") == "failed" and done.get("report") == "succeeded", done
+            assert "the merge base's result from the cache" in proc.stdout
+            (comment,) = state.comments[7]
+            assert "already failing on the merge base" in comment["body"], comment["body"][:3000]
+            assert state.check_runs[0]["conclusion"] == "neutral"
+            assert state.violations == []
+        base_dir = world["root"] / f"artifacts/verl-e2e-base-{cell.id}/runs-base/{cell.id}"
+        assert (base_dir / "run.log").is_file()
+    finally:
+        install(world["bridge"], world["site"])
+        shutil.rmtree(entry, ignore_errors=True)

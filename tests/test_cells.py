@@ -97,6 +97,7 @@ def test_github_matrix_shape(matrix: Matrix) -> None:
         "gpus",
         "runs_on",
         "timeout_minutes",
+        "minutes",
         "job_timeout_minutes",
     }
     assert data["include"][0]["job_timeout_minutes"] > data["include"][0]["timeout_minutes"]

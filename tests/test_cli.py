@@ -108,6 +108,7 @@ def test_github_format_with_no_cells(cli, tmp_path: Path) -> None:
         "matrix": '{"include":[]}',
         "has_cells": "false",
         "verl_ref": "1dda039b9c6311889a9c9a26040677e1254814f9",  # the pinned verl commit, for the image job
+        "merge_base": "",  # an example has no checkout
     }
 
 

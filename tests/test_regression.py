@@ -95,3 +95,58 @@ def test_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["compare", str(here), str(base)], env={}) == 0
     out = capsys.readouterr().out
     assert "L0-lora-ddp-qwen: new - the merge base passed this cell" in out and "TypeError" in out
+
+
+def test_base_run_cache_keys_copies_plain_files_and_refuses_other_keys(tmp_path: Path) -> None:
+    from verl_e2e import basecache
+
+    run = _copy(TYPEERROR, tmp_path / "base")
+    (run / "stolen").symlink_to("/etc/hostname")
+    fields = {"cell_id": "L0-lora-ddp-qwen", "merge_base": "b" * 40, "environment": "verl-e2e:abc", "runner": "gpu-2"}
+    stored = basecache.store(tmp_path / "cache", fields, run)
+    assert not (stored / "stolen").exists() and (stored / "run.log").is_file()
+    assert basecache.lookup(tmp_path / "cache", fields) == stored
+    assert basecache.lookup(tmp_path / "cache", fields | {"environment": "verl-e2e:other"}) is None
+    out = basecache.fetch(tmp_path / "cache", fields, tmp_path / "runs-base" / "L0-lora-ddp-qwen")
+    assert out is not None and judge_run_dir(out).failure_class == "model_build"
+    with pytest.raises(ValueError, match="merge_base"):
+        basecache.key(fields | {"merge_base": ""})
+
+
+def test_base_run_command_takes_the_cached_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_e2e import basecache
+
+    pr_run = _copy(TYPEERROR, tmp_path / "runs")
+    plan = tmp_path / "plan.json"
+    cell = json.loads((pr_run / "cell.json").read_text())
+    plan.write_text(json.dumps({"cells": [cell], "context": {"merge_base": "b" * 40}}))
+    verl = json.loads((pr_run / "provenance.json").read_text())["verl"]
+    fields = {
+        "cell_id": cell["id"],
+        "merge_base": "b" * 40,
+        "environment": verl["full_commit"],
+        "runner": ",".join(cell["runs_on"]),
+    }
+    args = [
+        "base-run",
+        str(plan),
+        "--cell-id",
+        cell["id"],
+        "--like",
+        str(pr_run),
+        "--out",
+        str(tmp_path / "runs-base" / cell["id"]),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--bridge",
+        str(tmp_path),
+    ]
+    assert main(args, env={}) == 0 and "no result on the merge base" in capsys.readouterr().out
+    basecache.store(tmp_path / "cache", fields, _copy(TYPEERROR, tmp_path / "old-base"))
+    assert main(args, env={}) == 0 and "from the cache" in capsys.readouterr().out
+    base = judge_run_dir(tmp_path / "runs-base" / cell["id"])
+    assert compare(judge_run_dir(pr_run), base) == {
+        "outcome": "pre-existing",
+        "reason": "the merge base fails the same way",
+        "base": f"base: Fail, model_build: {base.exception}",
+    }

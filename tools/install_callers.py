@@ -29,6 +29,7 @@ SITE_DEFAULTS = {
     "run_cell_args": "",
     "same_repo_prs": "false",
     "verl_ref": "",
+    "base_runs": "cache",
 }
 
 
@@ -74,6 +75,12 @@ def main() -> int:
     ap.add_argument("--run-cell-args", default="", help="extra run-cell flags for this site")
     ap.add_argument("--verl-ref", default="", help="pin verl to this full SHA instead of matrix.yaml's")
     ap.add_argument(
+        "--base-runs",
+        choices=("off", "cache", "auto"),
+        default="cache",
+        help="a failed cell's result on the merge base: off, from the runners' cache, or auto (run it once)",
+    )
+    ap.add_argument(
         "--same-repo-prs",
         action="store_true",
         help="also run cells on pull_request from branches of the repository itself (forks never run)",
@@ -87,6 +94,7 @@ def main() -> int:
         "run_cell_args": args.run_cell_args,
         "same_repo_prs": "true" if args.same_repo_prs else "false",
         "verl_ref": args.verl_ref,
+        "base_runs": args.base_runs,
     }
     for path in install(args.bridge, args.repository, args.sha, site):
         print(f"wrote {path}")

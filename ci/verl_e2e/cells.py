@@ -63,6 +63,7 @@ class Cell:
             "gpus": self.gpus,
             "runs_on": self.runs_on,
             "timeout_minutes": self.timeout_minutes,
+            "minutes": self.minutes,  # planned run time: the budget for running it again on the merge base
             # the job outlives the cell's own deadline (every phase plus setup), so the tool times out first
             "job_timeout_minutes": self.timeout_minutes * len(self.phases) + 30,
         }

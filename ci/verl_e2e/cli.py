@@ -327,6 +327,8 @@ def main(
             return cli_run.cmd_run_cell(args, stdout)
         if args.command == "run":
             return _cmd_run(args, stdin, stdout)
+        if args.command == "base-run":
+            return cli_run.cmd_base_run(args, stdout)
         if args.command == "prefetch":
             return cli_run.cmd_prefetch(args, env, stdout)
         if args.command == "report":

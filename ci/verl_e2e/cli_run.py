@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_e2e import basecache
 from verl_e2e.adapt import adapt_cell
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
@@ -77,6 +78,20 @@ def add_commands(sub: Any) -> None:
     cell.add_argument("cell", type=Path, metavar="CELL_JSON", help="a cell record, or plan.json with --cell-id")
     cell.add_argument("--cell-id", help="which cell of a plan.json")
     run_options(cell)
+
+    base = sub.add_parser(
+        "base-run",
+        help="the same cell on the merge base: from the runner's cache, or run once (--run) and cached",
+        description="Find the result of a cell on the plan's merge base in CACHE/base-runs (keyed by cell, merge "
+        "base, image or verl commit, runner labels, taken from --like, the change's own run dir) and copy it to "
+        "--out; with --run, run it on the merge-base checkout (--bridge) when none is cached and keep it.",
+    )
+    base.add_argument("cell", type=Path, metavar="PLAN_JSON")
+    base.add_argument("--cell-id", required=True)
+    base.add_argument("--like", type=Path, required=True, metavar="RUN_DIR", help="the change's run dir of the cell")
+    base.add_argument("--merge-base", help="default: the plan's merge base")
+    base.add_argument("--run", action="store_true", help="run the cell on the merge base when none is cached")
+    run_options(base)
 
 
 def run_options(p: argparse.ArgumentParser) -> None:
@@ -213,6 +228,46 @@ def _image_inputs(args: argparse.Namespace, matrix: Matrix) -> ImageInputs:
         wheels=getattr(args, "wheels", None),
         repository=getattr(args, "repository", "verl-e2e"),
     )
+
+
+def cmd_base_run(args: argparse.Namespace, stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    cell = _cells_from(args.cell, args.cell_id)
+    fields = base_fields(args, cell)
+    root = (args.cache or Path(matrix.defaults.host_cache)).resolve()
+    if basecache.fetch(root, fields, args.out) is not None:
+        stdout.write(f"verl-e2e: {cell.id}: the merge base's result from the cache ({fields['merge_base'][:12]})\n")
+        return 0
+    if not args.run:
+        stdout.write(f"verl-e2e: {cell.id}: no result on the merge base {fields['merge_base'][:12]} is cached\n")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    cell_file = args.out / "cell.json"
+    cell_file.write_text(json.dumps(cell.to_json(), indent=2))
+    verdict = run_cell(options(args, matrix, cell_file, args.out, args.image), stdout)
+    if verdict.result != "Blocked":  # the environment's word says nothing about the base: not kept
+        basecache.store(root, fields, args.out)
+    stdout.write(f"verl-e2e: {cell.id} on the merge base: {verdict.result}\n")
+    return 0
+
+
+def base_fields(args: argparse.Namespace, cell: Cell) -> dict[str, str]:
+    """The cache key of the cell on the merge base, from the plan and the change's own run."""
+    try:
+        plan = json.loads(args.cell.read_text(encoding="utf-8"))
+        provenance = json.loads((args.like / "provenance.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"base-run: cannot read the plan or --like {args.like}/provenance.json ({exc})") from None
+    merge_base = args.merge_base or str((plan.get("context") or {}).get("merge_base") or "")
+    image = provenance.get("image") or {}
+    verl = provenance.get("verl") or {}
+    environment = str(image.get("tag") or verl.get("full_commit") or verl.get("commit") or "")
+    if not merge_base or not environment:
+        raise UsageError(
+            "base-run: the plan has no merge base (plan with --repo, or pass --merge-base) or the run dir no "
+            "image/verl commit; nothing to key the base result by"
+        )
+    return {"cell_id": cell.id, "merge_base": merge_base, "environment": environment, "runner": ",".join(cell.runs_on)}
 
 
 def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:

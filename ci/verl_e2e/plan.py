@@ -141,6 +141,7 @@ def write_github(plan: Plan, matrix: Matrix, env: Mapping[str, str]) -> dict[str
         "has_cells": "true" if plan.cells else "false",
         # the verl commit the image bakes in: the pinned one unless the request named another
         "verl_ref": matrix.defaults.verl_ref,
+        "merge_base": str(plan.context.get("merge_base", "")),  # where a failed cell's base result comes from
     }
     if env.get("GITHUB_OUTPUT"):
         append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
