@@ -407,7 +407,8 @@ def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, m
     )
     seed = write_run_dir(world["root"] / "seed" / cell.id, cell, {"run": crash}, statuses={"run": "failed"})
     provenance = json.loads((seed / "provenance.json").read_text())
-    provenance["image"] = {"tag": world["site"]["image"]}
+    verl = world["site"]["verl_head"]  # the image bakes in the synthetic verl, as the change's run records
+    provenance |= {"image": {"tag": world["site"]["image"]}, "verl": {"commit": verl[:12], "full_commit": verl}}
     (seed / "provenance.json").write_text(json.dumps(provenance))
     fields = {
         "cell_id": cell.id,

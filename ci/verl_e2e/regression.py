@@ -26,7 +26,7 @@ SAYS = {
     "new": "new in this PR",
     "pre-existing": "already failing on the merge base",
     "changed": "changed failure (the merge base failed differently)",
-    "unknown": "unknown (no result on the merge base)",
+    "unknown": "unknown (no comparable result on the merge base)",
 }
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d+(?:\.\d+)?\b|/tmp/\S+|pid=\d+")
 
