@@ -156,6 +156,9 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         results[name] = result
         if result in ("failure", "cancelled"):
             job_failures.append(f"{name}: {result}")
+    if isinstance(plan.get("cells"), list):
+        # with the plan, every cell has a row (judged, or "did not report"): a failed cell job is told there
+        job_failures = [j for j in job_failures if not j.startswith("cell:")]
     server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
     named = args.repo or env.get("GITHUB_REPOSITORY", "")
     run_url = args.run_url or (f"{server}/{named}/actions/runs/{run_id}" if named and run_id else "")
