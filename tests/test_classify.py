@@ -221,3 +221,24 @@ def test_an_exception_python_ignored_at_shutdown_is_noise() -> None:
     ev = _ev(V.run(1) + noise)
     assert (ev.failure_class, ev.exception) == ("none", None)
     assert ev.residual_noise  # mentioned as accepted residual noise
+
+
+def test_a_traceback_logged_through_a_logging_prefix_keeps_its_root() -> None:
+    """vLLM's engine core logs its traceback line by line (`ERROR <date> [core.py:N] ...`), then verl raises
+    a wrapper that points back at it: the logged root is the exception, and the engine start is setup."""
+    core = "(EngineCore_DP0 pid=4321) ERROR 12-01 10:00:00 [core.py:700] "
+    text = (
+        f"{core}EngineCore failed to start.\n{core}Traceback (most recent call last):\n"
+        f'{core}  File "/site/vllm/v1/engine/core.py", line 690, in run_engine_core\n'
+        f'{core}  File "/site/vllm/v1/worker/gpu_worker.py", line 200, in determine_available_memory\n'
+        f"{core}ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`.\n"
+        + V.worker_traceback(
+            "RuntimeError",
+            "Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+            frames=("init_model",),
+            actor_method="actor_rollout_init_model",
+        )
+    )
+    ev = _ev(text)
+    assert (ev.exception or {}).get("type") == "ValueError", ev.exception
+    assert ev.failure_class == "setup", (ev.failed_in, ev.failure_signature)

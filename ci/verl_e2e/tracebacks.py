@@ -21,6 +21,12 @@ _RAY_METHOD = re.compile(r"ray::\w+\.(\w+)\(\)")
 _RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
 _TRACEBACK = "Traceback (most recent call last)"
 _UNHANDLED = re.compile(r"Unhandled error \(suppress with|Error executing job with overrides")
+# a logging prefix in front of a traceback's lines: vLLM's `ERROR 12-01 10:00:00 [core.py:700] `, verl v1's
+# `ERROR:2026-12-01 10:00:00,123:`, Python's `ERROR:root:`
+LOG_PREFIX = re.compile(
+    r"^(?:(?:ERROR|WARNING|CRITICAL|INFO|DEBUG)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] "
+    r"|(?:ERROR|CRITICAL):(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+|[\w.]+):)"
+)
 EXCEPTION_LINE = re.compile(
     r"^(?:\[[Rr]ank[ -]?\d+\]:?\s*)?(?:[A-Za-z_]\w*\.)*"
     r"([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception)(?::\s?(.*))?$"
@@ -91,7 +97,7 @@ class Tracebacks:
         return self._exception(text.strip(), steps)
 
     def _exception(self, text: str, steps: int) -> bool:
-        m = EXCEPTION_LINE.match(text)
+        m = EXCEPTION_LINE.match(LOG_PREFIX.sub("", text, count=1))
         if not m:
             return False
         etype, message = m.group(1), (m.group(2) or "").strip()[:500]
