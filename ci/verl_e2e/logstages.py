@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_ITEMS = 50
-STAGES = ("empty", "setup", "model_build", "training", "checkpoint", "done")
 
 _PROGRESS = re.compile(r"Training Progress:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 _SAVE = re.compile(
@@ -131,7 +130,8 @@ class Stages:
 
 
 def stage(st: Stages, *, max_step: int | None, step_lines: int, validated: bool, role: str | None, empty: bool) -> str:
-    """The furthest point reached: markers first, then where the root traceback stopped."""
+    """The furthest point reached (empty < setup < model_build < training < checkpoint < done): markers
+    first, then where the root traceback stopped."""
     if empty:
         return "empty"
     done = st.progress_total is not None and max_step is not None and max_step >= st.progress_total

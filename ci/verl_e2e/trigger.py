@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from verl_e2e.errors import VerlE2EError, did_you_mean
+from verl_e2e.gate import PR_BRANCH
 from verl_e2e.github import GitHubClient
 
 COMMAND = "/verl-e2e"
@@ -114,9 +115,6 @@ def parse_command(body: str) -> Command | None:
         sha=seen.get("sha", ""),
         verl=seen.get("verl", ""),
     )
-
-
-PR_BRANCH = re.compile(r"refs/heads/pull-request/([0-9]+)")
 
 
 def from_push(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
