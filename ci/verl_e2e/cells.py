@@ -155,23 +155,19 @@ def _cell(
     )
 
 
+def _variants(matrix: Matrix, level: int, family: Family, kinds: frozenset[str]) -> list[Variant]:
+    return [v for v in matrix.levels[level].variants if v.applies_to in kinds and family.supports(v.applies_to)]
+
+
 def expand(matrix: Matrix, selection: Selection, model: str | None = None) -> list[Cell]:
     """Every selected (level, family) x each variant whose `applies_to` is among the target's kinds."""
     cells: list[Cell] = []
     for level in selection.levels:
         for variant in matrix.levels[level].variants:
-            for fam_name, kinds in selection.targets[level].items():
-                if variant.applies_to in kinds:
-                    cells.append(
-                        _cell(
-                            matrix,
-                            level=level,
-                            variant=variant,
-                            family=matrix.families[fam_name],
-                            kinds=kinds,
-                            model=model,
-                        )
-                    )
+            for fam_name, kinds in selection.targets.get(level, {}).items():
+                family = matrix.families[fam_name]
+                if variant in _variants(matrix, level, family, kinds):
+                    cells.append(_cell(matrix, level=level, variant=variant, family=family, kinds=kinds, model=model))
     limit = matrix.defaults.max_matrix_jobs
     if len(cells) > limit:
         raise PlanError(
@@ -179,6 +175,31 @@ def expand(matrix: Matrix, selection: Selection, model: str | None = None) -> li
             "narrow it with --levels or --family, or split the run"
         )
     return cells
+
+
+KIND_WORDS = {"moe": "MoE", "vlm": "VLM", "mtp": "MTP", "quant": "quantised", "custom": "custom-layer"}
+
+
+def uncovered(matrix: Matrix, selection: Selection) -> dict[int, list[str]]:
+    """Why a selected level (or one of its kinds) has no cell: it is reported, never passed silently."""
+    out: dict[int, list[str]] = {lv: list(w) for lv, w in selection.unsupported.items()}
+    for level in selection.levels:
+        for fam_name, kinds in selection.targets.get(level, {}).items():
+            family = matrix.families[fam_name]
+            made = {v.applies_to for v in _variants(matrix, level, family, kinds)}
+            if not made:
+                wanted = ", ".join(KIND_WORDS.get(k, "generic") for k in sorted(kinds))
+                out.setdefault(level, []).append(
+                    f"{fam_name}: Level {level} has no variant for a {wanted} change on {family.model.model}"
+                )
+                continue
+            for kind in sorted(kinds - made - {"all"}):
+                if any(v.applies_to == kind for v in matrix.levels[level].variants):
+                    out.setdefault(level, []).append(
+                        f"{fam_name}: its {KIND_WORDS[kind]} variant needs a {KIND_WORDS[kind]} model; "
+                        f"{family.model.model} is not one (add {kind}_model to families.{fam_name})"
+                    )
+    return {lv: list(dict.fromkeys(w)) for lv, w in sorted(out.items()) if w}
 
 
 def gpu_minutes(cells: list[Cell]) -> int:

@@ -28,6 +28,9 @@ class ChangedFile:
     old_path: str | None = None
     diff_lines: tuple[str, ...] | None = None  # added/removed lines; None when the diff is unknown
     cosmetic: bool = False  # only comments/docstrings changed (Python files, diff known)
+    scopes: tuple[str, ...] = ()  # names of the defs/classes the change sits in (diffs.py, scopes.py)
+    architectures: tuple[str, ...] | None = None  # HF architectures the file serves; None: not known
+    module_level: bool = True  # the change may touch module-level code (unknown counts as yes)
 
     @property
     def paths(self) -> tuple[str, ...]:

@@ -17,8 +17,8 @@ from typing import NoReturn, TextIO
 import docker.errors
 import yaml
 
-from verl_e2e import __version__, cli_github, cli_run
-from verl_e2e.cells import expand
+from verl_e2e import __version__, cli_github, cli_run, surface
+from verl_e2e.cells import expand, uncovered
 from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
 from verl_e2e.config import (
     LEVELS,
@@ -28,6 +28,8 @@ from verl_e2e.config import (
     stringify_keys,
     validate_document,
 )
+from verl_e2e.diffs import read_diff
+from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
 from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
 from verl_e2e.evidence import parse_stream, render_evidence
 from verl_e2e.examples import EXAMPLES
@@ -71,6 +73,12 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
         "--changed-files",
         metavar="FILE",
         help="`git diff --name-status` lines or bare paths; '-' reads stdin",
+    )
+    src.add_argument(
+        "--diff",
+        metavar="FILE",
+        help="the change's unified diff (as `git diff` or GitHub's API prints it): the changed lines and the "
+        "functions they sit in decide; alone or with --changed-files",
     )
     src.add_argument("--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)")
     src.add_argument(
@@ -174,10 +182,18 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
         )
     if args.repo is None and (args.base or args.head):
         raise UsageError("plan: --base/--head need --repo PATH (the Bridge checkout to diff)")
-    if args.changed_files is not None:
-        text = stdin.read() if args.changed_files == "-" else None
-        files = read_changed_files(args.changed_files, text)
-        return files, {"source": "changed-files", "summary": f"{len(files)} changed file(s)"}
+    if args.diff is not None and args.repo is not None:
+        raise UsageError("plan: --diff and --repo both given; --repo reads the diff itself, pass only one")
+    if args.changed_files is not None or args.diff is not None:
+        diffs = read_diff(args.diff) if args.diff is not None else {}
+        if args.changed_files is not None:
+            text = stdin.read() if args.changed_files == "-" else None
+            files = read_changed_files(args.changed_files, text)
+        else:
+            files = files_from_diff(diffs)
+        files = with_architectures(with_diff(files, diffs), surface.shipped())
+        what = "changed file(s)" + (" with their diff" if args.diff is not None else "")
+        return files, {"source": "changed-files", "summary": f"{len(files)} {what}"}
     if args.repo is not None:
         if not args.base:
             raise UsageError("plan: --repo needs --base REV (e.g. --base origin/main)")
@@ -204,8 +220,8 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
             f"{args.command}: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
             "or explicit --levels (e.g. --levels 0)"
         )
-    selection = select(matrix, files or [], requested, families)
-    return Plan(selection, expand(matrix, selection, args.model), context)
+    selection = select(matrix, files or [], requested, families, surface.shipped())
+    return Plan(selection, expand(matrix, selection, args.model), context, uncovered(matrix, selection))
 
 
 def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:

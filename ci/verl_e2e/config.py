@@ -20,6 +20,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from verl_e2e.aspects import Aspect, build_aspects
 from verl_e2e.errors import ConfigError, did_you_mean
 from verl_e2e.globs import PathSet
 from verl_e2e.resources import matrix_path
@@ -79,6 +80,9 @@ class Family:
     flags: Mapping[str, bool | PathSet]
     multimodal_command: str | None
     tests: tuple[str, ...]
+    dir: str = ""  # the Bridge model directory (default: the family's name)
+    architectures: tuple[str, ...] = ()  # HF architectures whose registration this family runs
+    mtp_model: ModelRef | None = None
 
     def has(self, flag: Flag, files_in_family: tuple[str, ...] = ()) -> bool:
         """Whether the flag applies; a glob-limited flag applies only if one of the files matches it."""
@@ -88,7 +92,18 @@ class Family:
         return any(value.matches(f) for f in files_in_family)
 
     def model_for(self, flag: str) -> ModelRef:
-        return self.moe_model if flag == "moe" and self.moe_model is not None else self.model
+        if flag == "moe" and self.moe_model is not None:
+            return self.moe_model
+        if flag == "mtp" and self.mtp_model is not None:
+            return self.mtp_model
+        return self.model
+
+    def supports(self, kind: str) -> bool:
+        """Whether a variant of this kind has a model here (QAT and custom layers run on any model)."""
+        if kind in ("all", "quant", "custom"):
+            return True
+        extra = {"moe": self.moe_model, "mtp": self.mtp_model}.get(kind)
+        return extra is not None or self.flags.get(kind, False) is not False
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,7 @@ class Rule:
     diff: re.Pattern[str] | None = None
     when_no_diff: Literal["match", "skip"] = "match"
     only: Flag | None = None
+    kind: str = "all"  # the variant kind its levels run (as an aspect's `kind`)
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,7 @@ class Defaults:
     container_paths: Mapping[str, str]
     host_cache: str
     max_matrix_jobs: int
+    kind_families: Mapping[str, str] = field(default_factory=dict)  # variant kind -> family for generic changes
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,8 @@ class Matrix:
     ignore: tuple[tuple[str, PathSet], ...]
     rules: tuple[Rule, ...]
     signatures: tuple[Signature, ...] = ()  # matrix.yaml's own, then the shipped defaults
+    aspects: tuple[Aspect, ...] = ()
+    unsupported: Mapping[str, str] = field(default_factory=dict)  # HF architecture -> why no family runs it
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     def __repr__(self) -> str:
@@ -135,6 +154,16 @@ class Matrix:
     @property
     def base_env(self) -> Mapping[str, str]:
         return self.levels[0].env
+
+    def family_for_architecture(self, arch: str) -> Family | None:
+        return next((f for f in self.families.values() if arch in f.architectures), None)
+
+    def dir_family(self, directory: str) -> Family | None:
+        """The fallback family of a model directory: the one named like it, else its only family."""
+        if directory in self.families:
+            return self.families[directory]
+        found = [f for f in self.families.values() if f.dir == directory]
+        return found[0] if len(found) == 1 else None
 
     def runner_for(self, gpus: int) -> tuple[int, tuple[str, ...]] | None:
         return next(((n, labels) for n, labels in self.runners if n >= gpus), None)
@@ -276,6 +305,7 @@ def _rule(node: Mapping[str, Any], where: str) -> Rule:
         diff=pattern,
         when_no_diff=node.get("when_no_diff", "match"),
         only=node.get("only"),
+        kind=node.get("kind", "all"),
     )
 
 
@@ -284,7 +314,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
     for flag in ("moe", "vlm", "mtp"):
         value = node.get(flag, False)
         flags[flag] = value if isinstance(value, bool) else PathSet.parse(value, f"$.families.{name}.{flag}")
-    moe = node.get("moe_model")
+    moe, mtp = node.get("moe_model"), node.get("mtp_model")
     return Family(
         name=name,
         model=ModelRef(node["model"], node.get("dummy")),
@@ -292,6 +322,9 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         flags=flags,
         multimodal_command=node.get("multimodal_command"),
         tests=tuple(node.get("tests", ())),
+        dir=node.get("dir", name),
+        architectures=tuple(node.get("architectures", ())),
+        mtp_model=ModelRef(mtp["model"], mtp.get("dummy")) if mtp else None,
     )
 
 
@@ -313,6 +346,18 @@ def _variant(name: str, node: Mapping[str, Any]) -> Variant:
     )
 
 
+def _unique_architectures(families: Mapping[str, Family], unsupported: Mapping[str, str], source: str) -> None:
+    owner: dict[str, str] = {}
+    for fam in families.values():
+        for arch in fam.architectures:
+            if arch in owner or arch in unsupported:
+                raise ConfigError(
+                    f"{source}::$.families.{fam.name}.architectures: {arch} is also claimed by "
+                    f"{owner.get(arch, 'unsupported')}; an architecture runs on exactly one family"
+                )
+            owner[arch] = fam.name
+
+
 def _build(doc: Mapping[str, Any], source: str) -> Matrix:
     d = doc["defaults"]
     defaults = Defaults(
@@ -325,6 +370,7 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
         container_paths=dict(d["container_paths"]),
         host_cache=d.get("host_cache", "/var/cache/verl-e2e"),
         max_matrix_jobs=d.get("max_matrix_jobs", 256),
+        kind_families=dict(d.get("kind_families", {})),
     )
     families = {name: _family(name, node) for name, node in sorted(doc["families"].items())}
     if defaults.family not in families:
@@ -361,6 +407,7 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
         seen.add(rule.name)
     ignore = tuple((name, PathSet.parse(g, f"{source}::$.ignore.{name}")) for name, g in doc.get("ignore", {}).items())
     extra = build_signatures(doc.get("signatures", []), f"{source}::$.signatures")
+    _unique_architectures(families, doc.get("unsupported", {}), source)
     return Matrix(
         source,
         defaults,
@@ -371,5 +418,7 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
         ignore,
         rules,
         signatures=extra + default_signatures(),
+        aspects=build_aspects(doc.get("aspects", []), f"{source}::$.aspects"),
+        unsupported=dict(doc.get("unsupported", {})),
         raw=doc,
     )

@@ -28,6 +28,7 @@ class Plan:
     selection: Selection
     cells: list[Cell]
     context: dict[str, Any] = field(default_factory=dict)  # source, base/head/merge base, changed-file count
+    uncovered: dict[int, list[str]] = field(default_factory=dict)  # selected level -> why it has no cell
 
     def to_json(self) -> dict[str, Any]:
         s = self.selection
@@ -41,6 +42,8 @@ class Plan:
             "ignored": {g: list(p) for g, p in s.ignored.items()},
             "cosmetic": list(s.cosmetic),
             "unmatched": list(s.unmatched),
+            "off_surface": dict(s.off_surface),
+            "uncovered": {str(lv): why for lv, why in self.uncovered.items()},
             "warnings": list(s.warnings),
             "cells": [c.to_json() for c in self.cells],
             "gpu_minutes": gpu_minutes(self.cells),
@@ -58,6 +61,11 @@ def _paths(paths: tuple[str, ...]) -> str:
     return shown + (f" and {len(paths) - MAX_PATHS_SHOWN} more" if len(paths) > MAX_PATHS_SHOWN else "")
 
 
+def _kind(rule: str, matrix: Matrix) -> str:
+    """Name an escalation as such, so the text never passes one off as a path rule."""
+    return "escalation " if any(e.name == rule for e in matrix.escalations) else ""
+
+
 def render_text(plan: Plan, matrix: Matrix) -> str:
     s, ctx = plan.selection, plan.context
     out = [f"verl-e2e plan: {ctx.get('summary', '')}".rstrip()]
@@ -65,16 +73,20 @@ def render_text(plan: Plan, matrix: Matrix) -> str:
         out.append(f"  ignored ({name}): {_paths(paths)}")
     if s.cosmetic:
         out.append(f"  comment/docstring-only: {_paths(s.cosmetic)}")
+    for path, why in s.off_surface.items():
+        out.append(f"  {path}: {why}")
     if s.unmatched:
-        out.append(f"  no rule matched: {_paths(s.unmatched)}")
+        out.append(f"  on verl's surface, but no rule or aspect matched: {_paths(s.unmatched)}")
     out.append("")
     out.append("Selected levels:" if s.levels else "Selected levels: none")
     for level in s.levels:
         out.append(f"  Level {level}  {matrix.levels[level].title}")
         for r in s.reasons.get(level, ()):
             where = f": {_paths(r.paths)}" if r.paths else ""
-            out.append(f"    - {r.rule} [{r.family}]{where}")
+            out.append(f"    - {_kind(r.rule, matrix)}{r.rule} [{r.family}]{where}")
             out.append(f"      {r.why}")
+        for why in plan.uncovered.get(level, ()):
+            out.append(f"    ! not covered: {why}")
     out.append("")
     out.append("Skipped levels:" if s.skipped else "Skipped levels: none")
     for level, why in s.skipped.items():
@@ -112,6 +124,7 @@ def render_markdown(plan: Plan, matrix: Matrix) -> str:
     for level in sorted(matrix.levels):
         if level in s.reasons:
             why = "; ".join(f"`{r.rule}` ({r.family})" for r in s.reasons[level])
+            why += "".join(f"; **not covered**: {w}" for w in plan.uncovered.get(level, ()))
             lines.append(f"| {level} {matrix.levels[level].title} | yes | {why} |")
         else:
             why = s.skipped.get(level, "").replace("|", "\\|")

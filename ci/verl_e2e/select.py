@@ -14,11 +14,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from verl_e2e.aspects import find
 from verl_e2e.changes import ChangedFile
 from verl_e2e.config import LEVELS, Family, Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
+from verl_e2e.registry import SHARED
+from verl_e2e.surface import Surface
 
 MODELS_PREFIX = "src/megatron/bridge/models/"
+SHARED_DIRS = SHARED
 FLAGS = ("moe", "vlm", "mtp")
 
 
@@ -44,7 +48,9 @@ class Selection:
     skipped: dict[int, str]
     ignored: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cosmetic: tuple[str, ...] = ()
-    unmatched: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()  # on verl's surface, but no rule or aspect selected anything
+    off_surface: dict[str, str] = field(default_factory=dict)  # src/ path -> why verl never reaches it
+    unsupported: dict[int, tuple[str, ...]] = field(default_factory=dict)  # level -> why a change has no family
     warnings: tuple[str, ...] = ()
     requested: str = "auto"
 
@@ -94,41 +100,118 @@ def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
 
 
 class _Scan:
-    """One pass of the matrix's escalations, ignore lists and rules over the changed files."""
+    """One pass of the matrix's escalations, ignore lists, rules and aspects over the changed files."""
 
-    def __init__(self, matrix: Matrix, files: Sequence[ChangedFile]) -> None:
+    def __init__(self, matrix: Matrix, files: Sequence[ChangedFile], surface: Surface | None = None) -> None:
         self.matrix = matrix
         self.files = files
+        self.surface = surface
         self.col = _Collector()
         self.warnings: set[str] = set()
         self.ignored: dict[str, list[str]] = defaultdict(list)
         self.cosmetic: list[str] = []
         self.unmatched: list[str] = []
+        self.off_surface: dict[str, str] = {}
+        self.unsupported: dict[int, set[str]] = defaultdict(set)
         self.undecided: dict[int, set[str]] = defaultdict(set)
-        for file in files:
-            for rule in matrix.escalations:
-                self._apply(rule, file)
+        escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         for file in files:
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             if group is not None:
                 self.ignored[group].append(file.path)
             elif file.cosmetic:
                 self.cosmetic.append(file.path)
-            elif not [rule for rule in matrix.rules if self._apply(rule, file)]:  # every rule is tried
-                self.unmatched.append(file.path)
+            elif self._off_surface(file):
+                continue
+            else:
+                fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
+                if not self._aspects(file) and not fired and file.path not in escalated:
+                    self.unmatched.append(file.path)
 
-    def _target_family(self, rule: Rule, path: str) -> str:
-        default = self.matrix.defaults.family
-        fam = family_dir(path)
-        if rule.family == "default" or fam is None:
-            return default
-        if fam in self.matrix.families:
-            return fam
-        self.warnings.add(
-            f"{path}: model directory '{fam}' has no entry under families in matrix.yaml; ran the "
-            f"default family '{default}' instead. Add families.{fam} with its smallest checkpoint."
+    def _off_surface(self, file: ChangedFile) -> bool:
+        """A src/ module verl never reaches, or a change only inside functions nothing verl calls reaches."""
+        s = self.surface
+        if s is None or not file.path.startswith("src/megatron/bridge/") or file.status == "A":
+            return False
+        if not file.path.endswith(".py") or family_dir(file.path) not in (None, *SHARED_DIRS):
+            return False  # model directories are loaded through the registry: file-wise on the surface
+        if not any(s.on_surface(p) for p in file.paths):
+            entries = ", ".join(m.removeprefix("megatron.bridge.") or "megatron.bridge" for m in s.entry_modules()[:4])
+            self.off_surface[file.path] = (
+                f"not on verl's surface: none of the Bridge modules verl {s.verl_commit[:7]} imports "
+                f"({entries}, ...) reaches it by import"
+            )
+            return True
+        unreached = [] if file.module_level or file.diff_lines is None else s.unreached(file.path, file.scopes)
+        if not unreached:
+            return False
+        self.off_surface[file.path] = (
+            f"not on verl's surface: the change is inside {', '.join(unreached[:3])}"
+            f"{' ...' if len(unreached) > 3 else ''}, which no Bridge function verl {s.verl_commit[:7]} calls reaches"
         )
-        return default
+        return True
+
+    def _aspects(self, file: ChangedFile) -> bool:
+        """Aspects of what the change touches; True when one selected something."""
+        if file.diff_lines is None or not file.path.startswith("src/"):
+            return False
+        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes)
+        for hit in hits:
+            why = f"{hit.aspect.why} (`{hit.term}` in the {hit.where})"
+            targets = self._targets(file.path, file, changed=True)
+            if not targets:
+                self._no_family(file.path, file, hit.aspect.levels)
+            for fam in targets:
+                kind = hit.aspect.kind
+                target = self._kind_family(fam, kind)
+                for level in sorted(hit.aspect.levels):
+                    if target is None:
+                        self.unsupported[level].add(
+                            f"{file.path}: {fam} has no {kind.upper()} model in matrix.yaml "
+                            f"({hit.aspect.name}); add {kind}_model to families.{fam} to run it"
+                        )
+                        continue
+                    self.col.add(level, target, {kind}, (f"aspect:{hit.aspect.name}", why), file.path)
+        return bool(hits)
+
+    def _kind_family(self, fam: str, kind: str) -> str | None:
+        """The family a variant of `kind` runs on: `fam` when it has such a model, else the default's."""
+        family = self.matrix.families[fam]
+        if family.supports(kind):
+            return fam
+        if fam == self.matrix.defaults.family:
+            alt = self.matrix.defaults.kind_families.get(kind)
+            return alt if alt in self.matrix.families else None
+        return None
+
+    def _targets(self, path: str, file: ChangedFile, changed: bool) -> list[str]:
+        """The families a change to `path` runs: those of the architectures it serves, else its directory's."""
+        default = self.matrix.defaults.family
+        directory = family_dir(path)
+        if not changed or directory is None or directory in SHARED_DIRS:
+            return [default]
+        found: dict[str, None] = {}
+        for arch in file.architectures or ():
+            fam = self.matrix.family_for_architecture(arch)
+            if fam is not None:
+                found[fam.name] = None
+            elif arch not in self.matrix.unsupported:
+                self.warnings.add(
+                    f"{path} serves {arch}, which no family in matrix.yaml runs; add it to a family's "
+                    "architectures (or to unsupported, with the reason)"
+                )
+        if found:
+            return list(found)
+        if any(a in self.matrix.unsupported for a in file.architectures or ()):
+            return []  # the caller states why, per level
+        fallback = self.matrix.dir_family(directory)
+        if fallback is not None:
+            return [fallback.name]
+        self.warnings.add(
+            f"{path}: model directory '{directory}' has no entry under families in matrix.yaml; ran the "
+            f"default family '{default}' instead. Add families.{directory} with its smallest checkpoint."
+        )
+        return [default]
 
     def _apply(self, rule: Rule, file: ChangedFile) -> bool:
         """Try one rule on one file; True when it selected something."""
@@ -143,21 +226,34 @@ class _Scan:
             return False
         selected = False
         for path in matched:
-            fam = self._target_family(rule, path)
-            flags: set[str] = set()
-            if rule.family == "changed" and family_dir(path) == fam:
-                flags = _active_flags(self.matrix.families[fam], (_relative(path),))
-            if rule.only is not None and rule.only not in flags:
-                continue
-            selected = True
-            kinds = {rule.only} if rule.only else {"all", *flags}
-            for level in sorted(rule.levels):
-                self.col.add(level, fam, kinds, (rule.name, rule.why), path)
-            if rule.family == "changed" and flags:
-                named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
-                why = f"{fam} is a {named} family: Level 4 runs its architecture-specific variant"
-                self.col.add(4, fam, flags, ("architecture", why), path)
+            targets = self._targets(path, file, rule.family == "changed")
+            if not targets:
+                self._no_family(path, file, rule.levels)
+                selected = True
+            for fam in targets:
+                selected |= self._fire(rule, path, fam, changed=rule.family == "changed")
         return selected
+
+    def _no_family(self, path: str, file: ChangedFile, levels: Iterable[int]) -> None:
+        for arch in file.architectures or ():
+            if arch in self.matrix.unsupported:
+                for level in levels:
+                    self.unsupported[level].add(f"{path} serves {arch}: {self.matrix.unsupported[arch]}")
+
+    def _fire(self, rule: Rule, path: str, fam: str, changed: bool) -> bool:
+        flags: set[str] = set()
+        if changed and family_dir(path) is not None:
+            flags = _active_flags(self.matrix.families[fam], (_relative(path),))
+        if rule.only is not None and rule.only not in flags:
+            return False
+        kinds = {rule.only} if rule.only else ({rule.kind} if rule.kind != "all" else {"all", *flags})
+        for level in sorted(rule.levels):
+            self.col.add(level, fam, kinds, (rule.name, rule.why), path)
+        if changed and flags and not path.endswith("__init__.py"):  # an __init__ only re-exports
+            named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
+            why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
+            self.col.add(4, fam, flags, ("architecture", why), path)
+        return True
 
     def retarget(self, families: Sequence[str]) -> None:
         """--family: every selected level runs on the named families instead."""
@@ -204,13 +300,17 @@ class _Scan:
             lv: {f: frozenset(k) for f, k in sorted(fams.items())} for lv, fams in sorted(self.col.kinds.items())
         }
         return Selection(
-            levels=tuple(sorted(targets)),
+            levels=tuple(sorted(set(targets) | set(self.unsupported))),
             targets=targets,
             reasons={lv: tuple(reasons[lv]) for lv in sorted(reasons)},
-            skipped={lv: self._skip_reason(lv, requested) for lv in LEVELS if lv not in targets},
+            skipped={
+                lv: self._skip_reason(lv, requested) for lv in LEVELS if lv not in targets and lv not in self.unsupported
+            },
             ignored={g: tuple(sorted(p)) for g, p in sorted(self.ignored.items())},
             cosmetic=tuple(sorted(self.cosmetic)),
             unmatched=tuple(sorted(self.unmatched)),
+            off_surface=dict(sorted(self.off_surface.items())),
+            unsupported={lv: tuple(sorted(w)) for lv, w in sorted(self.unsupported.items())},
             warnings=tuple(sorted(self.warnings)),
             requested=requested,
         )
@@ -239,6 +339,7 @@ def select(
     files: Sequence[ChangedFile],
     requested: Sequence[int] | None = None,
     family_override: Sequence[str] = (),
+    surface: Surface | None = None,
 ) -> Selection:
     """Choose levels for `files`; `requested` (from a comment or dispatch) replaces the automatic choice."""
     for name in family_override:
@@ -247,7 +348,7 @@ def select(
                 f"--family {name}: unknown family{did_you_mean(name, matrix.families)}; "
                 f"expected one of the families in {matrix.source} (see `verl-e2e families`)"
             )
-    scan = _Scan(matrix, files)
+    scan = _Scan(matrix, files, surface)
     if requested is not None:
         scan.request(requested, family_override)
         return scan.selection(",".join(map(str, requested)))

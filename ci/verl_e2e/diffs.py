@@ -1,0 +1,176 @@
+"""Unified diffs (as `git diff`, `git show` or GitHub's API print them) -> what each file's change touches.
+
+A changed line alone says too little: `-U0` shows `return x` but not that it sits in `finalize()`. Each
+file therefore keeps, besides its added and removed lines, the *scopes* the change sits in: the function
+context git prints after `@@ ... @@`, and every `def`/`class` line a hunk shows above its first change.
+`plan --repo` adds the exact enclosing functions from the ASTs of both sides (`scopes.py`); `plan --diff`
+works from this text alone, so the plan job can run from the API without a clone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_e2e.errors import UsageError
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
+_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
+_OTHER_HEADERS = (
+    "--- ", "+++ ", "index ", "similarity ", "dissimilarity ", "old mode", "new mode",
+    "rename to ", "copy to ", "Binary files ",
+)  # fmt: skip
+_GIT_HEADER = re.compile(r"^diff --git (\S+) (\S+)$")
+
+
+@dataclass
+class FileDiff:
+    """One file's part of a diff. Line numbers are the new side's for added, the old side's for removed."""
+
+    path: str
+    old_path: str | None = None
+    status: str = "M"
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    added_at: list[int] = field(default_factory=list)
+    removed_at: list[int] = field(default_factory=list)
+    scopes: dict[str, None] = field(default_factory=dict)  # ordered set of enclosing def/class names
+    module_level: bool = False  # a hunk changed lines that no def/class context encloses
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return (*self.removed, *self.added)
+
+    def status_line(self) -> str:
+        if self.status in "RC" and self.old_path:
+            return f"{self.status}\t{self.old_path}\t{self.path}"
+        return f"{self.status}\t{self.path}"
+
+
+def _strip_prefix(name: str, prefix: str) -> str:
+    name = name.strip().split("\t", 1)[0]
+    if name.startswith('"') and name.endswith('"'):
+        name = name[1:-1]
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+class _Reader:
+    """A small state machine over the diff's lines; one FileDiff per `diff --git` (or `---`/`+++`) header."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, FileDiff] = {}
+        self.current: FileDiff | None = None
+        self.old_no = self.new_no = 0
+        self.old_left = self.new_left = 0  # lines the hunk header promised and the body has not shown yet
+        self.seen_change = False
+        self.hunk_scoped = False
+
+    def start(self, old: str, new: str) -> None:
+        self.current = FileDiff(path=new, old_path=old if old != new else None, status="M" if old == new else "R")
+        self.files[new] = self.current
+        self.old_left = self.new_left = 0
+
+    @property
+    def in_hunk(self) -> bool:
+        return self.old_left > 0 or self.new_left > 0
+
+    def header(self, line: str) -> bool:
+        cur = self.current
+        if line.startswith("diff --git "):
+            m = _GIT_HEADER.match(line)
+            if m:
+                self.start(_strip_prefix(m.group(1), "a/"), _strip_prefix(m.group(2), "b/"))
+            return True
+        if cur is None or self.in_hunk:
+            return False
+        if line.startswith("new file mode"):
+            cur.status = "A"
+        elif line.startswith("deleted file mode"):
+            cur.status = "D"
+        elif line.startswith(("rename from ", "copy from ")):
+            cur.old_path = line.split(" ", 2)[2].strip()
+            cur.status = "R" if line.startswith("rename") else "C"
+        else:
+            return line.startswith(_OTHER_HEADERS)
+        return True
+
+    def hunk(self, m: re.Match[str]) -> None:
+        assert self.current is not None
+        self.old_no, self.new_no = int(m.group(1)), int(m.group(3))
+        self.old_left = int(m.group(2)) if m.group(2) is not None else 1
+        self.new_left = int(m.group(4)) if m.group(4) is not None else 1
+        self.seen_change = False
+        context = _DEF.match(m.group(5) or "")
+        self.hunk_scoped = context is not None
+        if context:
+            self.current.scopes[context.group(1)] = None
+
+    def body(self, line: str) -> None:
+        cur = self.current
+        assert cur is not None
+        tag, text = line[:1], line[1:]
+        if tag == "+":
+            cur.added.append(text)
+            cur.added_at.append(self.new_no)
+            self.new_no += 1
+            self.new_left -= 1
+            self.seen_change = True
+        elif tag == "-":
+            cur.removed.append(text)
+            cur.removed_at.append(self.old_no)
+            self.old_no += 1
+            self.old_left -= 1
+            self.seen_change = True
+        elif tag == " " or line == "":
+            if not self.seen_change:  # a def/class shown above the first change encloses it
+                d = _DEF.match(text)
+                if d:
+                    cur.scopes[d.group(1)] = None
+                    self.hunk_scoped = True
+            self.old_no += 1
+            self.new_no += 1
+            self.old_left -= 1
+            self.new_left -= 1
+        else:  # "\ No newline at end of file" and the like
+            return
+        if tag in "+-":
+            d = _DEF.match(text)
+            if d:
+                cur.scopes[d.group(1)] = None
+                self.hunk_scoped = True
+            elif not self.hunk_scoped and text.strip():
+                cur.module_level = True
+
+
+def parse_unified_diff(text: str) -> dict[str, FileDiff]:
+    """Parse a unified diff into FileDiffs keyed by (new) path; commit headers before it are skipped."""
+    reader = _Reader()
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        if not reader.in_hunk and reader.header(line):
+            continue
+        m = _HUNK.match(line)
+        if reader.in_hunk:
+            reader.body(line)
+        elif m and reader.current is not None:
+            reader.hunk(m)
+    return reader.files
+
+
+def read_diff(location: str) -> dict[str, FileDiff]:
+    """Read and parse a diff file given by --diff; refuse one that holds no file headers."""
+    try:
+        text = Path(location).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(
+            f"--diff {location}: cannot read it ({exc.strerror}); pass a unified diff as `git diff` or "
+            "GitHub's API (Accept: application/vnd.github.diff) prints it"
+        ) from None
+    files = parse_unified_diff(text)
+    if not files and text.strip():
+        raise UsageError(
+            f"--diff {location}: no 'diff --git a/PATH b/PATH' header found; pass a unified diff as "
+            "`git diff` prints it (not a patch series or a name-status listing)"
+        )
+    return files

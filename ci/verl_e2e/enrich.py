@@ -1,0 +1,91 @@
+"""Changed files + what is known about them -> the ChangedFiles the selector reads.
+
+Three sources, one result: a name-status listing (paths only), a unified diff (`--diff`: the changed
+lines and the scopes they sit in), and a Bridge checkout (`--repo`: exact scopes from both ASTs and the
+architectures each model file serves, read from the PR's own registrations). Whatever is missing falls
+back to the shipped surface index, so a plan made from the API and one made from a clone agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from verl_e2e.aspects import code_lines
+from verl_e2e.changes import ChangedFile
+from verl_e2e.diffs import FileDiff
+from verl_e2e.registry import architectures_by_file, loose_registrations
+from verl_e2e.scopes import enclosing, outside_defs, scope_names
+from verl_e2e.surface import MODELS, Surface
+
+
+def files_from_diff(diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
+    """The changed files a diff names (for `--diff` without `--changed-files`)."""
+    return [ChangedFile(path=d.path, status=d.status, old_path=d.old_path) for d in diffs.values()]
+
+
+def _comment_only(diff: FileDiff) -> bool:
+    return diff.path.endswith(".py") and bool(diff.lines) and not code_lines(diff.lines)
+
+
+def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
+    """Attach each file's changed lines and scopes; a file the diff leaves out (a lockfile) stays unknown."""
+    out = []
+    for f in files:
+        d = diffs.get(f.path) or (diffs.get(f.old_path) if f.old_path else None)
+        if d is None:
+            out.append(f)
+            continue
+        out.append(
+            replace(
+                f,
+                diff_lines=d.lines,
+                scopes=tuple(dict.fromkeys((*f.scopes, *d.scopes))),
+                cosmetic=f.cosmetic or _comment_only(d),
+                module_level=d.module_level or d.status in "AD" or not d.scopes,
+            )
+        )
+    return out
+
+
+def with_ast_scopes(
+    files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff], old: Mapping[str, bytes], new: Mapping[str, bytes]
+) -> list[ChangedFile]:
+    """Add the exact enclosing defs/classes of every changed line (base AST for removed, head for added)."""
+    out = []
+    for f in files:
+        d = diffs.get(f.path)
+        if d is None or not f.path.endswith(".py"):
+            out.append(f)
+            continue
+        before, after = old.get(f.old_path or f.path), new.get(f.path)
+        names, outside = enclosing(before, d.removed_at), outside_defs(before, d.removed_at)
+        names += enclosing(after, d.added_at)
+        outside |= outside_defs(after, d.added_at)
+        scopes = tuple(dict.fromkeys((*f.scopes, *scope_names(names))))
+        out.append(replace(f, scopes=scopes, module_level=outside or f.status in "AD"))
+    return out
+
+
+def with_architectures(
+    files: Sequence[ChangedFile],
+    surface: Surface | None,
+    head_models: Mapping[str, bytes] | None = None,
+) -> list[ChangedFile]:
+    """Attach the HF architectures each model file serves: from the PR's tree when given, else the index."""
+    from_tree = architectures_by_file(head_models) if head_models else {}
+    out = []
+    for f in files:
+        if not f.path.startswith(MODELS) or f.path.count("/") < 5:
+            out.append(f)
+            continue
+        if head_models:
+            archs = list(from_tree.get(f.path, ()))
+        else:
+            archs = loose_registrations(list(f.diff_lines or ())) if f.status == "A" else []
+            if surface is not None:
+                archs += [a for a in surface.architectures.get(f.path, ()) if a not in archs]
+                if f.old_path:
+                    archs += [a for a in surface.architectures.get(f.old_path, ()) if a not in archs]
+        out.append(replace(f, architectures=tuple(archs)))
+    return out
