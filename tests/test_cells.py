@@ -20,12 +20,14 @@ from verl_e2e.select import select
 M = "src/megatron/bridge/models"
 
 
-def _cells(matrix: Matrix, paths: list[str], **kw: object) -> list:
-    return expand(matrix, select(matrix, [ChangedFile(p) for p in paths], **kw))  # type: ignore[arg-type]
+def _cells(matrix: Matrix, paths: list[str | ChangedFile], **kw: object) -> list:
+    files = [p if isinstance(p, ChangedFile) else ChangedFile(p) for p in paths]
+    return expand(matrix, select(matrix, files, **kw))  # type: ignore[arg-type]
 
 
 def test_cell_ids_and_order(matrix: Matrix) -> None:
-    cells = _cells(matrix, [f"{M}/olmoe/olmoe_provider.py", f"{M}/conversion/model_bridge.py"])
+    ep = ChangedFile(f"{M}/olmoe/olmoe_provider.py", diff_lines=("    expert_model_parallel_size: int = 2",))
+    cells = _cells(matrix, [ep, f"{M}/conversion/model_bridge.py"])
     assert [c.id for c in cells] == [
         "L0-lora-ddp-olmoe",
         "L0-lora-ddp-qwen",
@@ -47,7 +49,8 @@ def test_level1_has_two_phases_in_one_cell(matrix: Matrix) -> None:
 
 
 def test_level_env_layers_over_base_and_runner_fits(matrix: Matrix) -> None:
-    (l2,) = [c for c in _cells(matrix, [f"{M}/conversion/param_mapping.py"]) if c.level == 2]
+    tp = ChangedFile(f"{M}/conversion/param_mapping.py", diff_lines=("    tp_size = tensor_model_parallel_size",))
+    (l2,) = [c for c in _cells(matrix, [tp]) if c.level == 2]
     env = l2.phases[0].env
     assert (env["COMMON_TP"], env["COMMON_PP"], env["INFER_TP"], env["LORA_RANK"]) == ("2", "2", "2", "4")
     assert env["NUM_GPUS"] == str(l2.gpus) == "4"
@@ -72,7 +75,9 @@ def test_dummy_model_and_limitations(matrix: Matrix) -> None:
 
 
 def test_moe_variants_use_the_family_moe_model(matrix: Matrix) -> None:
-    cells = _cells(matrix, [f"{M}/qwen/qwen3_moe_bridge.py"])
+    """A generic change that touches expert code runs the default family's MoE checkpoint."""
+    moe = ChangedFile(f"{M}/conversion/model_bridge.py", diff_lines=("        if 'experts' in name:",))
+    cells = _cells(matrix, [moe])
     by_id = {c.id: c for c in cells}
     assert by_id["L0-lora-ddp-qwen"].model == "Qwen/Qwen2.5-0.5B"
     assert by_id["L4-expert-parallel-qwen"].model == "Qwen/Qwen3-30B-A3B"

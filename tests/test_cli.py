@@ -20,6 +20,8 @@ PLAN_KEYS = {
     "ignored",
     "cosmetic",
     "unmatched",
+    "off_surface",
+    "uncovered",
     "warnings",
     "cells",
     "gpu_minutes",
@@ -91,11 +93,11 @@ def test_github_format_writes_outputs_and_summary(cli, tmp_path: Path) -> None:
     text = out.read_text()
     assert text.startswith("earlier=1\n")  # appended, never overwritten
     values = _parse_github_output(text)
-    assert values["levels"] == "[0,2,4]" and values["has_cells"] == "true"
+    assert values["levels"] == "[0,4]" and values["has_cells"] == "true"  # paths only: Level 2 needs the diff
     matrix = json.loads(values["matrix"])
     assert {e["id"] for e in matrix["include"]} >= {"L0-lora-ddp-olmoe", "L4-expert-parallel-olmoe"}
     assert "## verl-e2e plan" in summary.read_text() and "| Cell | Level |" in summary.read_text()
-    assert json.loads(plan_file.read_text())["levels"] == [0, 2, 4]
+    assert json.loads(plan_file.read_text())["levels"] == [0, 4]
 
 
 def test_github_format_with_no_cells(cli, tmp_path: Path) -> None:
@@ -141,7 +143,7 @@ def test_repo_mode_end_to_end(subproc, tmp_path: Path) -> None:
     assert result.code == 0, result.err
     plan = json.loads(result.out)
     assert plan["families"] == ["qwen_vl"] and plan["levels"] == [0, 2, 4]
-    assert {r["rule"] for r in plan["reasons"]["2"]} == {"moe-provider-parallelism", "provider-parallelism"}
+    assert {r["rule"] for r in plan["reasons"]["2"]} == {"aspect:parallel-layout"}
     assert plan["context"]["source"] == "git" and len(plan["context"]["head"]) == 40
 
 

@@ -7,7 +7,9 @@ import pytest
 from verl_e2e.changes import ChangedFile, parse_name_status
 from verl_e2e.config import Matrix
 from verl_e2e.errors import UsageError
+from verl_e2e.enrich import with_architectures
 from verl_e2e.select import select
+from verl_e2e.surface import shipped
 
 M = "src/megatron/bridge/models"
 
@@ -23,13 +25,14 @@ TABLE = [
         [],
     ),
     ("dense provider", [f"{M}/llama/llama_bridge.py"], [0], ["llama"]),
-    ("VLM family adds Level 4", [f"{M}/gemma_vl/modeling_gemma4_vl.py"], [0, 4], ["gemma_vl"]),
-    ("MoE provider adds parallelism", [f"{M}/olmoe/olmoe_provider.py"], [0, 2, 4], ["olmoe"]),
+    ("modeling file runs the architecture its bridge serves", [f"{M}/gemma_vl/modeling_gemma4_vl.py"], [0, 4], ["gemma4_vl"]),
+    ("MoE provider: Level 2 needs the diff", [f"{M}/olmoe/olmoe_provider.py"], [0, 4], ["olmoe"]),
     ("MoE bridge without provider", [f"{M}/gpt_oss/gpt_oss_bridge.py"], [0, 4], ["gpt_oss"]),
-    ("glob-limited MoE flag: dense file", [f"{M}/qwen/qwen2_bridge.py"], [0], ["qwen"]),
-    ("glob-limited MoE flag: MoE file", [f"{M}/qwen/qwen3_moe_bridge.py"], [0, 4], ["qwen"]),
+    ("a bridge other bridges subclass runs them too", [f"{M}/qwen/qwen2_bridge.py"], [0, 4], ["mimo", "qwen"]),
+    ("MoE bridge of a mixed directory", [f"{M}/qwen/qwen3_moe_bridge.py"], [0, 4], ["qwen3_moe"]),
+    ("Qwen3 dense bridge runs Qwen3, not Qwen2.5", [f"{M}/qwen/qwen3_bridge.py"], [0], ["qwen3"]),
     ("HF export", [f"{M}/conversion/model_bridge.py"], [0, 1], ["qwen"]),
-    ("param mapping", [f"{M}/conversion/param_mapping.py"], [0, 1, 2], ["qwen"]),
+    ("param mapping", [f"{M}/conversion/param_mapping.py"], [0, 1], ["qwen"]),
     ("quantized weights", [f"{M}/conversion/quantization_utils.py"], [0, 4], ["qwen"]),
     ("PEFT", ["src/megatron/bridge/peft/lora.py"], [0, 5], ["qwen"]),
     ("fused kernels", ["src/megatron/bridge/utils/fusions.py"], [0, 5], ["qwen"]),
@@ -50,7 +53,8 @@ TABLE = [
 
 @pytest.mark.parametrize(("name", "paths", "levels", "families"), TABLE, ids=[t[0] for t in TABLE])
 def test_selection_table(matrix: Matrix, name: str, paths: list[str], levels: list[int], families: list[str]) -> None:
-    selection = select(matrix, [ChangedFile(p) for p in paths])
+    files = with_architectures([ChangedFile(p) for p in paths], shipped())
+    selection = select(matrix, files, surface=shipped())
     assert list(selection.levels) == levels
     assert list(selection.families) == families
 
@@ -101,7 +105,7 @@ def test_diff_condition_decides_when_the_diff_is_known(matrix: Matrix) -> None:
 
 def test_undecided_rules_are_explained(matrix: Matrix) -> None:
     selection = select(matrix, [ChangedFile("src/megatron/bridge/training/checkpointing.py")])
-    assert "checkpointing needs the diff to decide (plan with --repo)" in selection.skipped[1]
+    assert "checkpointing needs the diff to decide (plan with --diff or --repo)" in selection.skipped[1]
 
 
 def test_cosmetic_python_changes_are_discounted(matrix: Matrix) -> None:

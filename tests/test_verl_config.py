@@ -9,14 +9,16 @@ Plain `key=value` overrides must name existing keys; `++key=value` may add one (
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from verl_e2e.aspects import KINDS
 from verl_e2e.cells import expand
-from verl_e2e.config import Matrix
+from verl_e2e.config import LEVELS, Matrix
 from verl_e2e.select import select
 
 from .conftest import SHARED
@@ -54,8 +56,14 @@ def _compose(config_dir: Path, overrides: list[str]) -> object:
 
 
 def _every_cell_args(matrix: Matrix) -> dict[str, list[str]]:
-    families = list(matrix.families)
-    cells = expand(matrix, select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=families))
+    """Every variant of every level, each on a family that has a model for it (args do not depend on
+    the family, only the env does)."""
+    families = [matrix.defaults.family, *matrix.defaults.kind_families.values()]
+    selection = select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=families)
+    every_kind = frozenset(KINDS)
+    selection = dataclasses.replace(selection, targets={lv: dict.fromkeys(families, every_kind) for lv in LEVELS})
+    cells = expand(matrix, selection)
+    assert {c.variant for c in cells} == {v.name for lvl in matrix.levels.values() for v in lvl.variants}
     return {f"{c.id}/{p.name}": list(p.args) for c in cells for p in c.phases}
 
 

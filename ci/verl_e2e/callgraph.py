@@ -56,7 +56,7 @@ class _Uses(ast.NodeVisitor):
         self.names.add(f".{node.attr}")  # a method of some object: matched against reached classes
         self.generic_visit(node)
 
-    def visit_arg(self, node: ast.arg) -> None:  # the annotation of a parameter
+    def visit_arg(self, node: ast.arg) -> None:  # noqa: ARG002 - a parameter's annotation calls nothing
         return
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -70,15 +70,18 @@ class _Uses(ast.NodeVisitor):
             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.visit(stmt)
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._function(node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._function(node)
+
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for d in (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults):
             if d is not None:
                 self.visit(d)
         for stmt in node.body:
             self.visit(stmt)
-
-    visit_FunctionDef = _function
-    visit_AsyncFunctionDef = _function
 
 
 def _used(nodes: Iterable[ast.AST]) -> set[str]:

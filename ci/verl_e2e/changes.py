@@ -10,7 +10,6 @@ as HF transformers' test fetcher does), so the planner can discount them.
 from __future__ import annotations
 
 import ast
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,59 +99,6 @@ def read_changed_files(location: str, stdin_text: str | None = None) -> list[Cha
     return parse_name_status(text, str(path))
 
 
-# ---------------------------------------------------------------------------------------------- git
-
-
-def _git(repo: Path, *args: str, what: str) -> str:
-    try:
-        proc = subprocess.run(
-            ["git", "-C", str(repo), *args], capture_output=True, text=True, errors="replace", check=False
-        )
-    except FileNotFoundError:
-        raise UsageError("git is not installed; install git or pass --changed-files instead") from None
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"{what}: {detail}")
-    return proc.stdout
-
-
-def _resolve(repo: Path, rev: str, flag: str) -> str:
-    return _git(
-        repo,
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        "--end-of-options",
-        f"{rev}^{{commit}}",
-        what=f"{flag} {rev!r} is not a commit in {repo}; fetch it (git fetch origin {rev}) or pass a SHA",
-    ).strip()
-
-
-def _blobs(repo: Path, specs: list[str]) -> dict[str, bytes | None]:
-    """Read many `rev:path` blobs through one `git cat-file --batch` process."""
-    if not specs:
-        return {}
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "--batch"],
-        input="".join(s + "\n" for s in specs).encode(),
-        capture_output=True,
-        check=False,
-    )
-    out, pos = proc.stdout, 0
-    result: dict[str, bytes | None] = {}
-    for spec in specs:
-        end = out.index(b"\n", pos)
-        header = out[pos:end].split()
-        pos = end + 1
-        if len(header) == 3:
-            size = int(header[2])
-            result[spec] = out[pos : pos + size]
-            pos += size + 1
-        else:
-            result[spec] = None
-    return result
-
-
 def _strip_docstrings(tree: ast.AST) -> str:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -175,66 +121,3 @@ def is_cosmetic_python_change(old: bytes | None, new: bytes | None) -> bool:
         return _strip_docstrings(ast.parse(old)) == _strip_docstrings(ast.parse(new))
     except (SyntaxError, ValueError):
         return False
-
-
-def _diff_lines(repo: Path, base: str, head: str) -> dict[str, list[str]]:
-    """Added/removed lines per (new) path from one `git diff -U0`."""
-    text = _git(repo, "diff", "-U0", "--no-color", "--no-ext-diff", "-M", base, head, what="git diff")
-    lines: dict[str, list[str]] = {}
-    current: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("+++ "):
-            target = line[4:]
-            if target != "/dev/null":  # a deletion keeps the old path's bucket from the `---` line
-                current = lines.setdefault(target[2:] if target.startswith("b/") else target, [])
-        elif line.startswith("--- "):
-            source = line[4:]
-            if source != "/dev/null":
-                current = lines.setdefault(source[2:] if source.startswith("a/") else source, [])
-        elif line[:1] in "+-" and not line.startswith(("+++", "---")):
-            current.append(line[1:])
-    return lines
-
-
-def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[ChangedFile], str, str]:
-    """Diff `head` against its merge base with `base`; return (files, merge_base, head_sha)."""
-    repo = Path(repo_path)
-    if not repo.is_dir():
-        raise UsageError(f"--repo {repo_path}: no such directory; pass the path of a Megatron-Bridge checkout")
-    _git(
-        repo,
-        "rev-parse",
-        "--git-dir",
-        what=f"--repo {repo_path} is not a git repository; pass a git checkout",
-    )
-    base_sha = _resolve(repo, base, "--base")
-    head_sha = _resolve(repo, head, "--head")
-    merge_base = _git(
-        repo,
-        "merge-base",
-        base_sha,
-        head_sha,
-        what=f"--base {base} and --head {head} share no history; check both come from the same repository",
-    ).strip()
-    listing = _git(repo, "diff", "--name-status", "-M", "--no-color", merge_base, head_sha, what="git diff")
-    files = parse_name_status(listing, "git diff")
-    diff = _diff_lines(repo, merge_base, head_sha)
-    py_modified = [f for f in files if f.status == "M" and f.path.endswith(".py")]
-    specs = [f"{merge_base}:{f.path}" for f in py_modified] + [f"{head_sha}:{f.path}" for f in py_modified]
-    blobs = _blobs(repo, specs)
-    cosmetic = {
-        f.path
-        for f in py_modified
-        if is_cosmetic_python_change(blobs.get(f"{merge_base}:{f.path}"), blobs.get(f"{head_sha}:{f.path}"))
-    }
-    enriched = [
-        ChangedFile(
-            path=f.path,
-            status=f.status,
-            old_path=f.old_path,
-            diff_lines=tuple(diff.get(f.path, ())) + tuple(diff.get(f.old_path, ()) if f.old_path else ()),
-            cosmetic=f.path in cosmetic,
-        )
-        for f in files
-    ]
-    return enriched, merge_base, head_sha

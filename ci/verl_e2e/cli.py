@@ -19,7 +19,7 @@ import yaml
 
 from verl_e2e import __version__, cli_github, cli_run, surface
 from verl_e2e.cells import expand, uncovered
-from verl_e2e.changes import ChangedFile, changes_from_git, parse_name_status, read_changed_files
+from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
 from verl_e2e.config import (
     LEVELS,
     Matrix,
@@ -33,6 +33,7 @@ from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
 from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
 from verl_e2e.evidence import parse_stream, render_evidence
 from verl_e2e.examples import EXAMPLES
+from verl_e2e.gitchanges import changes_from_git
 from verl_e2e.judging import judge_run_dir
 from verl_e2e.parallel import parse_file
 from verl_e2e.plan import Plan, render_json, render_text, write_github

@@ -186,6 +186,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         artifacts_url=args.artifacts_url or (f"{run_url}#artifacts" if run_url else ""),
         skipped=plan.get("skipped", {}),
         reasons=plan.get("reasons", {}),
+        uncovered=plan.get("uncovered", {}),
         job_failures=job_failures,
         pre_existing_fails=args.pre_existing_fails,
     )

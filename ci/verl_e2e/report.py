@@ -41,12 +41,15 @@ class Context:
     reasons: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)  # plan reasons
     job_failures: Sequence[str] = ()  # workflow jobs that failed or were cancelled (e.g. "plan: failure")
     pre_existing_fails: bool = False  # site setting: a failure already on the merge base fails the check
+    uncovered: Mapping[str, Sequence[str]] = field(default_factory=dict)  # selected level -> why it has no cell
 
 
 def overall(verdicts: Sequence[Verdict], ctx: Context | None = None) -> str:
     results = {v.result for v in verdicts}
     if ctx is not None and ctx.job_failures:
         results.add("Fail")  # a job that died before judging anything must not look like a pass
+    if ctx is not None and ctx.uncovered:
+        results.add("Blocked")  # a selected level nothing ran cannot pass: not evidence either way
     for result in ("Fail", "Blocked", "Pass"):
         if result in results:
             return result
@@ -105,7 +108,7 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
         parts += "; " + ", ".join(f"{n} {what.split(' (')[0]}" for what, n in sorted(versus.items()))
     if verdicts:
         title += f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})"
-    elif not ctx.job_failures:
+    elif not ctx.job_failures and not ctx.uncovered:
         title += " (no verl run needed)"
     where = []
     if ctx.sha:
@@ -163,6 +166,14 @@ def details(v: Verdict, limit: int | None = None) -> str:
     )
 
 
+def uncovered_levels(ctx: Context) -> list[str]:
+    """Selected levels (or parts of them) that no cell ran, with the reason: shown, never passed over."""
+    lines: list[str] = []
+    for level, whys in sorted(ctx.uncovered.items()):
+        lines += [f"- Level {md(level)} selected, not run: {md(why)}" for why in whys]
+    return ["", "**Not covered**", "", *lines] if lines else []
+
+
 def skipped_levels(ctx: Context) -> list[str]:
     if not ctx.skipped:
         return []
@@ -174,7 +185,7 @@ def skipped_levels(ctx: Context) -> list[str]:
 
 def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, marker: bool = True) -> str:
     """The whole comment (or job summary), never longer than `limit` characters."""
-    head = [*([MARKER] if marker else []), *headline(verdicts, ctx), "", *table(verdicts)]
+    head = [*([MARKER] if marker else []), *headline(verdicts, ctx), "", *table(verdicts), *uncovered_levels(ctx)]
     tail = [*skipped_levels(ctx), "", f"<sub>Comment with {USAGE} to run other levels.</sub>"]
     failing = [v for v in verdicts if v.result in ("Fail", "Blocked")]
     passing = [v for v in verdicts if v not in failing]

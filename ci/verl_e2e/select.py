@@ -153,7 +153,13 @@ class _Scan:
 
     def _aspects(self, file: ChangedFile) -> bool:
         """Aspects of what the change touches; True when one selected something."""
-        if file.diff_lines is None or not file.path.startswith("src/"):
+        if not file.path.startswith("src/"):
+            return False
+        if file.diff_lines is None:  # paths only: what the change touches is unknown
+            for aspect in self.matrix.aspects:
+                if aspect.paths is None or aspect.paths.matches(file.path):
+                    for level in aspect.levels:
+                        self.undecided[level].add(f"aspect {aspect.name}")
             return False
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes)
         for hit in hits:
@@ -280,6 +286,8 @@ class _Scan:
         for fam in families:
             flags = set().union(*(self.col.kinds[lv].get(fam, set()) for lv in self.col.kinds)) - {"all"}
             flags |= _active_flags(self.matrix.families[fam])
+            # a dense model's Level 4 is its layers trained full-parameter (the custom-layers variant)
+            flags |= set() if flags - {"quant", "custom"} else {"custom"}
             for level in sorted(set(requested) | {0}):
                 reason = (
                     ("requested", "requested explicitly")
@@ -304,7 +312,9 @@ class _Scan:
             targets=targets,
             reasons={lv: tuple(reasons[lv]) for lv in sorted(reasons)},
             skipped={
-                lv: self._skip_reason(lv, requested) for lv in LEVELS if lv not in targets and lv not in self.unsupported
+                lv: self._skip_reason(lv, requested)
+                for lv in LEVELS
+                if lv not in targets and lv not in self.unsupported
             },
             ignored={g: tuple(sorted(p)) for g, p in sorted(self.ignored.items())},
             cosmetic=tuple(sorted(self.cosmetic)),
@@ -330,7 +340,7 @@ class _Scan:
         if self.matrix.levels[level].optional:
             text = f"optional: runs only on request or when a changed path matches its rules ({listed})"
         if self.undecided.get(level):
-            text += "; " + ", ".join(sorted(self.undecided[level])) + " needs the diff to decide (plan with --repo)"
+            text += "; " + ", ".join(sorted(self.undecided[level])) + " needs the diff to decide (plan with --diff or --repo)"
         return text
 
 

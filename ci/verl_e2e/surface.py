@@ -36,9 +36,11 @@ class Surface:
     architectures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # path -> HF architectures
     symbols: Mapping[str, frozenset[str]] = field(default_factory=dict)  # path -> names nothing verl calls reaches
     verl_attributes: tuple[str, ...] = ()  # attribute names verl uses where it touches Bridge objects
+    unreachable: frozenset[str] = frozenset()  # modules of the tree that nothing verl imports reaches
 
     def on_surface(self, path: str) -> bool:
-        return path in self.reachable
+        """False only for a module the index knows and knows to be unreached (newer code counts as on)."""
+        return path not in self.unreachable
 
     def unreached(self, path: str, scopes: tuple[str, ...]) -> list[str]:
         """The changed scopes of `path` when none of them is reached by verl's calls, else []."""
@@ -132,12 +134,20 @@ def build(bridge_root: Path, verl_root: Path | None, previous: Surface | None = 
         raise UsageError("surface: pass --verl DIR (no shipped index to take verl's imports from)")
     entries = sorted({i.split(":", 1)[0] for i in imports} | {"megatron.bridge"})
     models = {p: t for p, t in sources.items() if p.startswith(MODELS)}
-    archs = {p: tuple(a) for p, a in architectures_by_file(models).items() if p.count("/") > 4 and p.split("/")[4] not in SHARED}
+    archs = {
+        p: tuple(a)
+        for p, a in architectures_by_file(models).items()
+        if p.count("/") > 4 and p.split("/")[4] not in SHARED
+    }
     registry_loaded = [f"{module_of(p)}:*" for p in models if p.count("/") > 4 and p.split("/")[4] not in SHARED]
     reached = reachable_symbols(sources, [*imports, *registry_loaded], attributes)
     symbols = {p: frozenset(n) for p, n in unreached_symbols(sources, reached).items()}
     files = frozenset(reachable(sources, entries))
-    return Surface(verl_commit, _commit(bridge_root), tuple(imports), files, archs, symbols, tuple(attributes))
+    symbols = {p: n for p, n in symbols.items() if p in files}
+    unreached = frozenset(sources) - files
+    return Surface(
+        verl_commit, _commit(bridge_root), tuple(imports), files, archs, symbols, tuple(attributes), unreached
+    )
 
 
 def to_json(surface: Surface) -> dict[str, Any]:
@@ -150,6 +160,7 @@ def to_json(surface: Surface) -> dict[str, Any]:
         "architectures": {p: list(a) for p, a in sorted(surface.architectures.items())},
         "unreached": {p: sorted(n) for p, n in sorted(surface.symbols.items())},
         "verl_attributes": list(surface.verl_attributes),
+        "unreachable": sorted(surface.unreachable),
     }
 
 
@@ -162,6 +173,7 @@ def from_json(data: Mapping[str, Any]) -> Surface:
         {p: tuple(a) for p, a in data["architectures"].items()},
         {p: frozenset(n) for p, n in data.get("unreached", {}).items()},
         tuple(data.get("verl_attributes", ())),
+        frozenset(data.get("unreachable", ())),
     )
 
 
