@@ -6,8 +6,8 @@ import pytest
 
 from verl_e2e.changes import ChangedFile, parse_name_status
 from verl_e2e.config import Matrix
-from verl_e2e.errors import UsageError
 from verl_e2e.enrich import with_architectures
+from verl_e2e.errors import UsageError
 from verl_e2e.select import select
 from verl_e2e.surface import shipped
 
@@ -25,7 +25,12 @@ TABLE = [
         [],
     ),
     ("dense provider", [f"{M}/llama/llama_bridge.py"], [0], ["llama"]),
-    ("modeling file runs the architecture its bridge serves", [f"{M}/gemma_vl/modeling_gemma4_vl.py"], [0, 4], ["gemma4_vl"]),
+    (
+        "modeling file runs the architecture its bridge serves",
+        [f"{M}/gemma_vl/modeling_gemma4_vl.py"],
+        [0, 4],
+        ["gemma4_vl"],
+    ),
     ("MoE provider: Level 2 needs the diff", [f"{M}/olmoe/olmoe_provider.py"], [0, 4], ["olmoe"]),
     ("MoE bridge without provider", [f"{M}/gpt_oss/gpt_oss_bridge.py"], [0, 4], ["gpt_oss"]),
     ("a bridge other bridges subclass runs them too", [f"{M}/qwen/qwen2_bridge.py"], [0, 4], ["mimo", "qwen"]),

@@ -16,12 +16,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_e2e.errors import ConfigError
+
+try:  # google-re2 (a core dependency): a DFA, so ten aspects over a 2 MB diff cost milliseconds, not seconds
+    import re2 as _re2
+except ImportError:  # pragma: no cover - the pure-Python engine gives the same answers, slower
+    _re2 = None
+
+
+def _compile(pattern: str) -> Any:
+    """RE2 where the pattern allows it (no backreferences, no lookaround), else Python's engine."""
+    re.compile(pattern)  # the error message users see names Python's syntax, which RE2 accepts a subset of
+    if _re2 is not None:
+        try:
+            return _re2.compile(pattern)
+        except Exception:
+            pass
+    return re.compile(pattern)
+
+
 from verl_e2e.globs import PathSet
 
 # the code verl runs to build, convert and adapt the model (Bridge's training package is its own loop)
 DEFAULT_PATHS = ["src/megatron/bridge/models/**", "src/megatron/bridge/peft/**", "src/megatron/bridge/utils/**"]
 KINDS = ("all", "moe", "vlm", "mtp", "quant", "custom")
-_STRING = re.compile(r"""("|')(?:\\.|(?!\1).)*\1""")
+_STRING = _compile(r"""\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'""")
 _COMMENT = re.compile(r"^\s*(#|\"\"\"|'''|\*|//)")
 
 
@@ -31,7 +49,7 @@ class Aspect:
 
     name: str
     why: str
-    pattern: re.Pattern[str]
+    pattern: Any  # a compiled RE2 (or `re`) pattern: search() -> match with group/start/end
     levels: frozenset[int]
     kind: str = "all"  # which variants of the selected levels apply: "all" or one of KINDS
     paths: PathSet | None = None  # limit to these files (default: every file on verl's surface)
@@ -43,7 +61,7 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
     out = []
     for i, node in enumerate(nodes):
         try:
-            pattern = re.compile(node["pattern"])
+            pattern = _compile(node["pattern"])
         except re.error as exc:
             raise ConfigError(f"{where}[{i}].pattern: not a regular expression ({exc}); fix the pattern") from None
         paths = PathSet.parse(node.get("paths", DEFAULT_PATHS), f"{where}[{i}].paths")
@@ -70,26 +88,23 @@ class Hit:
 
 
 def find(aspects: Sequence[Aspect], path: str, lines: Iterable[str], scopes: Sequence[str]) -> list[Hit]:
-    """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes."""
-    code = code_lines(lines)
-    bare = [_STRING.sub('""', line) for line in code]
+    """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes.
+
+    One search per aspect over the joined lines (not one per line): a 3,000-file diff stays well
+    under a second."""
+    code = "\n".join(code_lines(lines))
+    bare = _STRING.sub('""', code)
+    names = "\n".join(scopes)
     hits = []
     for aspect in aspects:
         if aspect.paths is not None and not aspect.paths.matches(path):
             continue
-        hit = _first(aspect.pattern, code if aspect.strings else bare, "changed lines") or _first(
-            aspect.pattern, scopes, "in {name}", per_item=True
-        )
-        if hit is not None:
-            hits.append(Hit(aspect, hit[0], hit[1]))
-    return hits
-
-
-def _first(
-    pattern: re.Pattern[str], texts: Iterable[str], where: str, per_item: bool = False
-) -> tuple[str, str] | None:
-    for text in texts:
-        m = pattern.search(text)
+        m = aspect.pattern.search(code if aspect.strings else bare)
         if m:
-            return m.group(0), where.format(name=text) if per_item else where
-    return None
+            hits.append(Hit(aspect, m.group(0), "changed lines"))
+            continue
+        m = aspect.pattern.search(names)
+        if m:
+            scope = names[names.rfind("\n", 0, m.start()) + 1 : (names.find("\n", m.end()) + 1 or len(names) + 1) - 1]
+            hits.append(Hit(aspect, m.group(0), f"in {scope}"))
+    return hits

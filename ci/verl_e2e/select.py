@@ -340,7 +340,11 @@ class _Scan:
         if self.matrix.levels[level].optional:
             text = f"optional: runs only on request or when a changed path matches its rules ({listed})"
         if self.undecided.get(level):
-            text += "; " + ", ".join(sorted(self.undecided[level])) + " needs the diff to decide (plan with --diff or --repo)"
+            text += (
+                "; "
+                + ", ".join(sorted(self.undecided[level]))
+                + " needs the diff to decide (plan with --diff or --repo)"
+            )
         return text
 
 
