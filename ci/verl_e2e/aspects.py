@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_e2e.errors import ConfigError
+from verl_e2e.globs import PathSet
 
 try:  # google-re2 (a core dependency): a DFA, so ten aspects over a 2 MB diff cost milliseconds, not seconds
     import re2 as _re2
@@ -33,8 +34,6 @@ def _compile(pattern: str) -> Any:
             pass
     return re.compile(pattern)
 
-
-from verl_e2e.globs import PathSet
 
 # the code verl runs to build, convert and adapt the model (Bridge's training package is its own loop)
 DEFAULT_PATHS = ["src/megatron/bridge/models/**", "src/megatron/bridge/peft/**", "src/megatron/bridge/utils/**"]
