@@ -17,7 +17,7 @@ from typing import NoReturn, TextIO
 import docker.errors
 import yaml
 
-from verl_e2e import __version__, cli_github, cli_run, surface
+from verl_e2e import __version__, cli_github, cli_run, cli_surface, surface
 from verl_e2e.cells import expand, uncovered
 from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
 from verl_e2e.config import (
@@ -26,7 +26,6 @@ from verl_e2e.config import (
     default_matrix_path,
     load_matrix,
     stringify_keys,
-    validate_document,
 )
 from verl_e2e.diffs import read_diff
 from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
@@ -37,6 +36,7 @@ from verl_e2e.gitchanges import changes_from_git
 from verl_e2e.judging import judge_run_dir
 from verl_e2e.parallel import parse_file
 from verl_e2e.plan import Plan, render_json, render_text, write_github
+from verl_e2e.schema_check import validate_document
 from verl_e2e.select import select
 from verl_e2e.signatures import Signature
 from verl_e2e.verdict import render_text as render_verdict
@@ -161,6 +161,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cli_run.add_commands(sub)
     cli_github.add_commands(sub)
+    cli_surface.add_command(sub)
     run = sub.add_parser(
         "run",
         help="plan a change and run every cell locally (plan -> image -> cells -> run dirs)",
@@ -346,6 +347,8 @@ def main(
             return _cmd_run(args, stdin, stdout)
         if args.command == "base-run":
             return cli_run.cmd_base_run(args, stdout)
+        if args.command == "surface":
+            return cli_surface.cmd_surface(args, stdout)
         if args.command == "prefetch":
             return cli_run.cmd_prefetch(args, env, stdout)
         if args.command == "report":

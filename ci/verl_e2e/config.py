@@ -6,24 +6,20 @@ was expected, plus the closest valid key for a typo. All schema problems are rep
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 from verl_e2e.aspects import Aspect, build_aspects
 from verl_e2e.errors import ConfigError, did_you_mean
 from verl_e2e.globs import PathSet
 from verl_e2e.resources import matrix_path
+from verl_e2e.schema_check import validate_document
 from verl_e2e.signatures import Signature, build_signatures, default_signatures
 
 Flag = Literal["moe", "vlm", "mtp"]
@@ -172,13 +168,6 @@ class Matrix:
 # ----------------------------------------------------------------------------------------- loading
 
 
-@cache
-def schema() -> dict[str, Any]:
-    text = resources.files("verl_e2e").joinpath("schema/matrix.schema.json").read_text(encoding="utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
 def default_matrix_path() -> Path:
     """The matrix shipped in the wheel, or the repository's own when running from a checkout."""
     return matrix_path()
@@ -204,55 +193,6 @@ def stringify_keys(node: Any) -> Any:
     if isinstance(node, list):
         return [stringify_keys(v) for v in node]
     return node
-
-
-def _key_path(error: ValidationError) -> str:
-    parts = ["$"]
-    for p in error.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else f".{p}")
-    return "".join(parts)
-
-
-def _describe(error: ValidationError) -> str:
-    """One readable sentence for a schema error, with a 'did you mean' for unknown keys."""
-    found = json.dumps(error.instance, default=str)
-    if len(found) > 60:
-        found = found[:57] + "..."
-    validator, expected = error.validator, cast(Any, error.validator_value)
-    schema_node = error.schema if isinstance(error.schema, Mapping) else {}
-    if validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = set(schema_node.get("properties", {}))
-        extra = sorted(set(error.instance) - allowed)
-        hints = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in extra)
-        return f"unknown key {hints}; expected one of: {', '.join(sorted(allowed))}"
-    if validator == "required":
-        instance = cast(Any, error.instance)
-        missing = [k for k in expected if k not in instance]
-        return f"missing required key {', '.join(repr(k) for k in missing)}"
-    if validator == "propertyNames":
-        return f"key {found} is not allowed here ({error.message})"
-    if validator == "type":
-        return f"found {found}, expected {expected if isinstance(expected, str) else ' or '.join(expected)}"
-    if validator == "enum":
-        return f"found {found}, expected one of {', '.join(json.dumps(v) for v in expected)}" + (
-            did_you_mean(str(error.instance), [str(v) for v in expected])
-        )
-    if validator in ("minimum", "maximum", "minItems", "minLength", "pattern", "const", "uniqueItems"):
-        return f"found {found}, expected {validator} {json.dumps(expected)}"
-    return f"found {found}: {error.message}"
-
-
-def validate_document(document: Any, source: str) -> list[str]:
-    """All schema problems of a loaded document, as `file::$.path: message` lines."""
-    validator = Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    lines = []
-    for error in errors:
-        best = error
-        if error.validator in ("oneOf", "anyOf") and error.context:
-            best = min(error.context, key=lambda e: len(list(e.relative_path)) * -1)
-        lines.append(f"{source}::{_key_path(error)}: {_describe(best)}")
-    return lines
 
 
 def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:

@@ -1,4 +1,4 @@
-"""Files that ship with the package: matrix.yaml and containers/ (Dockerfile, cell driver, probe)."""
+"""Files that ship with the package: matrix.yaml, containers/ (Dockerfile, cell driver, probe), data/."""
 
 from __future__ import annotations
 
@@ -20,3 +20,8 @@ def matrix_path() -> Path:
 
 def containers_dir() -> Path:
     return _shipped("containers")
+
+
+def data_dir() -> Path:
+    """The package's data directory (failure signatures, the surface index)."""
+    return Path(str(resources.files("verl_e2e").joinpath("data")))
