@@ -114,7 +114,7 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-PEFT_BEFORE = '''\
+PEFT_BEFORE = """\
 class ParallelLinearAdapter:
     def __init__(self, dim):
         self.dim = dim
@@ -126,7 +126,7 @@ class ParallelLinearAdapter:
 def _sync_adapters(model):
     for module in model.modules():
         module.reset()
-'''
+"""
 
 PEFT_AFTER = PEFT_BEFORE.replace(
     "        module.reset()",

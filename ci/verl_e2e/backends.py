@@ -128,7 +128,7 @@ def _driver_args(opts: RunOptions, *, cell: str, out: str, bridge: str, verl: st
     return args
 
 
-def _deadline(cell: Cell, opts: RunOptions) -> float:
+def deadline(cell: Cell, opts: RunOptions) -> float:
     per_phase = opts.phase_timeout or cell.timeout_minutes * 60
     return per_phase * len(cell.phases) + SETUP_ALLOWANCE_S + STOP_GRACE_S
 
@@ -274,10 +274,9 @@ def run_docker(  # noqa: PLR0917 - the backends share one call shape
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        deadline = _deadline(cell, opts)
         status = "finished"
         try:
-            info["exit_code"] = container.wait(timeout=deadline).get("StatusCode")
+            info["exit_code"] = container.wait(timeout=deadline(cell, opts)).get("StatusCode")
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             status = "timeout"
             stop()
@@ -305,10 +304,11 @@ def _start_problem(exc: Exception, spec: ContainerSpec) -> str:
     return f"the container could not start: {text.strip()[-200:]}"
 
 
-def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellation, scratch: Path) -> dict[str, Any]:
+def local_command(cell: Cell, opts: RunOptions, scratch: Path) -> tuple[list[str], dict[str, str]]:
+    """The driver command and environment of the local backend (the Slurm backend runs the same one)."""
     if opts.verl is None:
-        raise UsageError("run-cell: --backend local needs --verl PATH (a verl checkout on this machine)")
-    devices = gpu_request(cell, opts.gpus, host_gpus())
+        raise UsageError(f"run-cell: --backend {opts.backend} needs --verl PATH (a verl checkout the job can read)")
+    devices = gpu_request(cell, opts.gpus, host_gpus()) if opts.backend == "local" else None
     work = opts.out.parent / f".work-{cell.id}"
     maps = [f"{opts.container_paths[k]}={v}" for k, v in opts.cache.items() if k in opts.container_paths]
     cmd = [
@@ -329,6 +329,11 @@ def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellati
     env["PYTHONUNBUFFERED"] = "1"
     if isinstance(devices, list):  # named devices: the run (and every Ray worker) sees only these
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    return cmd, env
+
+
+def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellation, scratch: Path) -> dict[str, Any]:
+    cmd, env = local_command(cell, opts, scratch)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def stop() -> None:
@@ -344,7 +349,7 @@ def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellati
 
     cancel.stop = stop
     assert proc.stdout is not None
-    timer = threading.Timer(_deadline(cell, opts), stop)
+    timer = threading.Timer(deadline(cell, opts), stop)
     timer.start()
     try:
         fd = proc.stdout.fileno()

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from verl_e2e import basecache
+from verl_e2e import basecache, slurm
 from verl_e2e.adapt import adapt_cell
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
@@ -97,7 +97,7 @@ def add_commands(sub: Any) -> None:
 def run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bridge", type=Path, required=True, help="the Megatron-Bridge checkout under test")
     p.add_argument("--out", type=Path, required=True, help="run dir (run: a parent for one run dir per cell)")
-    p.add_argument("--backend", choices=("docker", "local"), default="docker")
+    p.add_argument("--backend", choices=("docker", "local", "slurm"), default="docker")
     p.add_argument("--image", help="image tag to run (default: the one `verl-e2e image` ensures)")
     p.add_argument("--verl", type=Path, help="verl checkout (required with --backend local or to build the image)")
     p.add_argument("--gpus", help="none, all, or device ids like 0,1 (default: the cell's GPU count)")
@@ -136,6 +136,7 @@ def run_options(p: argparse.ArgumentParser) -> None:
         help="skip the environment preflight (and the overrides it adds for missing APEX, flash-attn, nvtx)",
     )
     p.add_argument("--no-bridge-tests", action="store_true", help="skip the focused Bridge tests")
+    slurm.add_arguments(p)
     p.add_argument(
         "--retries",
         type=int,
@@ -197,6 +198,7 @@ def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path
         cache=cache,
         container_paths=dict(matrix.defaults.container_paths),
         ulimits=parse_ulimits(args.ulimit),
+        **slurm.options_from(args),
     )
 
 
@@ -342,7 +344,7 @@ def engine_problem(args: argparse.Namespace, cells: list[Cell]) -> str | None:
             docker_client()
         except UsageError as exc:
             return str(exc)
-    if args.gpus != "none":
+    if args.gpus != "none" and args.backend != "slurm":  # Slurm allocates the GPUs elsewhere
         have, need = host_gpus(), max(c.gpus for c in cells)
         if have < need:
             return f"this host has {have} GPU(s), a cell needs up to {need} (--gpus none runs without)"

@@ -38,6 +38,7 @@ from verl_e2e.runopts import (
     parse_env_pairs,
 )
 from verl_e2e.signatures import default_signatures
+from verl_e2e.slurm import run_slurm
 from verl_e2e.verdict import Verdict
 
 __all__ = [
@@ -189,6 +190,8 @@ def _run_in(
         try:
             if opts.backend == "docker":
                 info |= run_docker(cell, opts, stream, cancel, client, scratch)
+            elif opts.backend == "slurm":
+                info |= run_slurm(cell, opts, stream, cancel, scratch)
             else:
                 info |= run_local(cell, opts, stream, cancel, scratch)
         finally:
@@ -205,7 +208,9 @@ def _merge_provenance(out: Path, info: Mapping[str, Any], problems: list[str]) -
             "setup_failure": {
                 "step": "driver",
                 "class": "setup",
-                "reason": f"the driver wrote no records (exit {info.get('exit_code')}); see driver.log",
+                "reason": f"Slurm did not run the job: {info['submit_error']}"
+                if info.get("submit_error")
+                else f"the driver wrote no records (exit {info.get('exit_code')}); see driver.log",
             },
         }
     if "image" in info:

@@ -58,7 +58,7 @@ class RunOptions:
     cell_file: Path
     bridge: Path
     out: Path
-    backend: str = "docker"  # docker | local
+    backend: str = "docker"  # docker | local | slurm
     image: str | None = None
     verl: Path | None = None
     gpus: str | None = None  # None: the cell's count; "none"; "all"; "0,1"
@@ -75,6 +75,10 @@ class RunOptions:
     retries: int = 1  # a Blocked cell with a transient cause (signatures.yaml `transient`) runs again
     pids_limit: int = 32768
     ulimits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_ULIMITS))
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    slurm_container: str | None = None  # pyxis: the image the job runs in
+    slurm_args: tuple[str, ...] = ()  # extra srun options from the site, validated one by one
 
 
 def load_cell(path: Path) -> Cell:
