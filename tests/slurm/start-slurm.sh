@@ -10,7 +10,7 @@ dir=$(cd "$dir" && pwd)
 conf=$dir/slurm.conf
 if [ "${2:-}" = stop ]; then
   for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munge/munged.pid; do
-    [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+    if [ -s "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; fi
   done
   exit 0
 fi
