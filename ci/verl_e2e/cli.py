@@ -6,40 +6,31 @@ Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matr
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
 import docker.errors
-import yaml
 
-from verl_e2e import __version__, cli_github, cli_run, cli_surface, surface
+from verl_e2e import __version__, cli_github, cli_inspect, cli_run, cli_surface, surface
 from verl_e2e.cells import expand, uncovered
 from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
 from verl_e2e.config import (
     LEVELS,
     Matrix,
-    default_matrix_path,
     load_matrix,
-    stringify_keys,
 )
 from verl_e2e.diffs import read_diff
 from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
-from verl_e2e.errors import ConfigError, UsageError, VerlE2EError
-from verl_e2e.evidence import parse_stream, render_evidence
+from verl_e2e.errors import UsageError, VerlE2EError
 from verl_e2e.examples import EXAMPLES
 from verl_e2e.gitchanges import changes_from_git
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.parallel import parse_file
 from verl_e2e.plan import Plan, render_json, render_text, write_github
-from verl_e2e.schema_check import validate_document
 from verl_e2e.select import select
-from verl_e2e.signatures import Signature
-from verl_e2e.verdict import render_text as render_verdict
 
 
 class _Parser(argparse.ArgumentParser):
@@ -170,7 +161,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "it would have run (exit 2).",
     )
     _change_arguments(run)
-    cli_run.run_options(run)
+    cli_run.run_options(run, dry_run_defaults=True)
     run.add_argument("--dry-run", action="store_true", help="print the plan and the docker commands only")
     return parser
 
@@ -213,7 +204,15 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
     return None, {"source": "none", "summary": "no changes given"}
 
 
+HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
+    if args.model is not None and not HF_ID.fullmatch(args.model):
+        raise UsageError(
+            f"--model {args.model!r}: not a checkpoint id; expected ORG/NAME as on the Hugging Face hub "
+            "(e.g. Qwen/Qwen3-0.6B), the path under the runners' model cache"
+        )
     requested = parse_levels(args.levels)
     families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
     files, context = _changes(args, stdin)
@@ -245,76 +244,32 @@ def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, s
 
 def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     matrix = load_matrix(args.matrix)
+    if not args.dry_run and (args.bridge is None or args.out is None):
+        raise UsageError("run: --bridge PATH and --out DIR are needed to run cells (or pass --dry-run to see them)")
     plan = _make_plan(args, matrix, stdin)
     stdout.write(render_text(plan, matrix))
     if not plan.cells:
         stdout.write("verl-e2e: nothing to run\n")
         return 0
     if args.dry_run:
-        image = args.image or (cli_run.image_tag(args, matrix) if args.verl else "IMAGE")
-        stdout.write("".join(f"  {line}\n" for line in cli_run.would_run(plan.cells, args, matrix, image)))
-        return 0
+        return _dry_run(args, matrix, plan, stdout)
     return cli_run.run_cells(plan.cells, args, matrix, stdout)
 
 
-def _cmd_validate(args: argparse.Namespace, stdout: TextIO) -> int:
-    path = Path(args.path) if args.path else default_matrix_path()
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); pass the path of a matrix.yaml") from None
-    except yaml.YAMLError:
-        load_matrix(path)  # raises the formatted syntax error
-    problems = validate_document(stringify_keys(document), str(path))
-    if problems:
-        raise ConfigError("\n".join(problems))
-    matrix = load_matrix(path)  # cross-field checks (families, runners, globs, regexes)
-    stdout.write(
-        f"{path}: valid ({len(matrix.levels)} levels, {len(matrix.families)} families, "
-        f"{len(matrix.escalations) + len(matrix.rules)} rules)\n"
-    )
+def _dry_run(args: argparse.Namespace, matrix: Matrix, plan: Plan, stdout: TextIO) -> int:
+    """Write each cell's cell.json and print the commands that would run them, nothing else."""
+    args.out = (args.out or Path("verl-e2e-runs")).resolve()
+    if args.bridge is None:
+        args.bridge = Path("../Megatron-Bridge")
+        stdout.write("verl-e2e: no --bridge given; the commands use ../Megatron-Bridge\n")
+    args.bridge = args.bridge.resolve()  # docker mounts need absolute paths
+    image = args.image or cli_run.image_tag(args, matrix)
+    for cell in plan.cells:
+        (args.out / cell.id).mkdir(parents=True, exist_ok=True)
+        (args.out / cell.id / "cell.json").write_text(json.dumps(cell.to_json(), indent=2))
+    stdout.write(f"verl-e2e: wrote {len(plan.cells)} cell.json file(s) under {args.out}; the commands:\n")
+    stdout.write("".join(f"  {line}\n" for line in cli_run.would_run(plan.cells, args, matrix, image)))
     return 0
-
-
-def _cmd_families(args: argparse.Namespace, stdout: TextIO) -> int:
-    matrix = load_matrix(args.matrix)
-    for fam in matrix.families.values():
-        flags = [f for f in ("moe", "vlm", "mtp") if fam.flags.get(f)]
-        dummy = " (dummy)" if fam.model.dummy is not None else ""
-        stdout.write(f"{fam.name:<16} {fam.model.model}{dummy}  {' '.join(flags)}".rstrip() + "\n")
-    return 0
-
-
-def _signatures(matrix_path: str | None) -> tuple[Signature, ...]:
-    return load_matrix(matrix_path).signatures
-
-
-def _cmd_evidence(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    sigs = _signatures(args.matrix)
-    if args.log == "-":
-        ev = parse_stream(getattr(stdin, "buffer", None) or io.BytesIO(stdin.read().encode()), sigs)
-    else:
-        path = Path(args.log)
-        if not path.is_file():
-            raise UsageError(f"evidence: {args.log}: no such file; pass the path of a verl console log or '-'")
-        ev = parse_file(path, sigs)
-    if args.format == "json":
-        stdout.write(json.dumps(ev.to_json(), indent=2, sort_keys=True) + "\n")
-    else:
-        stdout.write(render_evidence(ev))
-    return 0
-
-
-def _cmd_judge(args: argparse.Namespace, stdout: TextIO) -> int:
-    sigs = _signatures(args.matrix)
-    if args.baseline and not Path(args.baseline).is_file():
-        raise UsageError(f"judge: --baseline {args.baseline}: no such file; pass a known-good run's log")
-    verdicts = [judge_run_dir(path, args.baseline, sigs) for path in args.run_dirs]
-    if args.format == "json":
-        stdout.write(json.dumps([v.to_json() for v in verdicts], indent=2, sort_keys=True) + "\n")
-    else:
-        stdout.write("\n".join(f"== {v.cell_id}\n{render_verdict(v)}" for v in verdicts))
-    return 0 if all(v.result in ("Pass", "Skipped") for v in verdicts) else 1
 
 
 def main(
@@ -332,13 +287,13 @@ def main(
         if args.command == "plan":
             return _cmd_plan(args, env, stdin, stdout)
         if args.command == "validate":
-            return _cmd_validate(args, stdout)
+            return cli_inspect.cmd_validate(args, stdout)
         if args.command == "families":
-            return _cmd_families(args, stdout)
+            return cli_inspect.cmd_families(args, stdout)
         if args.command == "evidence":
-            return _cmd_evidence(args, stdin, stdout)
+            return cli_inspect.cmd_evidence(args, stdin, stdout)
         if args.command == "judge":
-            return _cmd_judge(args, stdout)
+            return cli_inspect.cmd_judge(args, stdout)
         if args.command == "image":
             return cli_run.cmd_image(args, stdout)
         if args.command == "run-cell":

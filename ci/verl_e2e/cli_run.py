@@ -94,9 +94,16 @@ def add_commands(sub: Any) -> None:
     run_options(base)
 
 
-def run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bridge", type=Path, required=True, help="the Megatron-Bridge checkout under test")
-    p.add_argument("--out", type=Path, required=True, help="run dir (run: a parent for one run dir per cell)")
+def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> None:
+    """Options shared by run-cell, run and base-run; `run --dry-run` needs no --bridge or --out."""
+    p.add_argument("--bridge", type=Path, required=not dry_run_defaults, help="the Megatron-Bridge checkout under test")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=not dry_run_defaults,
+        help="run dir (run: a parent for one run dir per cell"
+        + ("; default ./verl-e2e-runs)" if dry_run_defaults else ")"),
+    )
     p.add_argument("--backend", choices=("docker", "local", "slurm"), default="docker")
     p.add_argument("--image", help="image tag to run (default: the one `verl-e2e image` ensures)")
     p.add_argument("--verl", type=Path, help="verl checkout (required with --backend local or to build the image)")
@@ -218,14 +225,16 @@ def parse_ulimits(items: list[str]) -> dict[str, int]:
     return limits
 
 
-def _image_inputs(args: argparse.Namespace, matrix: Matrix) -> ImageInputs:
+def _image_inputs(args: argparse.Namespace, matrix: Matrix, pinned: bool = False) -> ImageInputs:
+    """What the image is made of; `pinned`: without --verl, the verl commit matrix.yaml pins (what the
+    image job clones), so a dry run names the real tag instead of a placeholder."""
     verl = args.verl
-    if verl is None:
+    if verl is None and not pinned:
         raise UsageError("a verl checkout is needed to compute or build the image: pass --verl PATH (or --image TAG)")
     return ImageInputs(
         base=getattr(args, "base", None) or matrix.defaults.image,
-        verl=verl.resolve(),
-        verl_commit=verl_commit(verl),
+        verl=verl.resolve() if verl is not None else Path(matrix.defaults.verl_repo),
+        verl_commit=verl_commit(verl) if verl is not None else matrix.defaults.verl_ref,
         extra_pip=getattr(args, "extra_pip", DEFAULT_EXTRA_PIP),
         wheels=getattr(args, "wheels", None),
         repository=getattr(args, "repository", "verl-e2e"),
@@ -291,7 +300,7 @@ def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextI
 
 
 def image_tag(args: argparse.Namespace, matrix: Matrix) -> str:
-    return _image_inputs(args, matrix).tag
+    return _image_inputs(args, matrix, pinned=True).tag
 
 
 def cmd_image(args: argparse.Namespace, stdout: TextIO) -> int:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from verl_e2e.aspects import Aspect, build_aspects
+from verl_e2e.config_checks import semantic_problems
 from verl_e2e.errors import ConfigError, did_you_mean
 from verl_e2e.globs import PathSet
 from verl_e2e.resources import matrix_path
@@ -212,6 +213,8 @@ def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{file}: not valid YAML{where}: {problem}; fix the syntax") from None
     problems = validate_document(document, str(file))
+    if not problems:
+        problems = semantic_problems(document, str(file))
     if problems:
         raise ConfigError(_join(problems, file))
     return _build(document, str(file))

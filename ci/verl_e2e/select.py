@@ -287,14 +287,14 @@ class _Scan:
             flags = set().union(*(self.col.kinds[lv].get(fam, set()) for lv in self.col.kinds)) - {"all"}
             flags |= _active_flags(self.matrix.families[fam])
             # a dense model's Level 4 is its layers trained full-parameter (the custom-layers variant)
-            flags |= set() if flags - {"quant", "custom"} else {"custom"}
+            dense_l4 = set() if flags - {"quant", "custom"} else {"custom"}
             for level in sorted(set(requested) | {0}):
                 reason = (
                     ("requested", "requested explicitly")
                     if level in requested
                     else ("implied", "Level 0 is the base of every level")
                 )
-                out.add(level, fam, {"all", *flags}, reason, None)
+                out.add(level, fam, {"all", *flags, *(dense_l4 if level == 4 else ())}, reason, None)
         self.col = out
         self.undecided.clear()
 
