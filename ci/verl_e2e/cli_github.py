@@ -35,6 +35,12 @@ from verl_e2e.trigger import (
 )
 
 
+def _section(value: str) -> str:
+    if not re.fullmatch(r"[a-z0-9-]{0,64}", value):
+        raise UsageError(f"--section {value[:40]!r}: expected lowercase letters, digits and '-' (e.g. request-123)")
+    return value
+
+
 def add_commands(sub: Any) -> None:
     rep = sub.add_parser(
         "report",
@@ -44,6 +50,12 @@ def add_commands(sub: Any) -> None:
     )
     rep.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     rep.add_argument("--plan", type=Path, help="plan.json, for the levels the rules skipped")
+    rep.add_argument(
+        "--section",
+        default="",
+        help="which PR comment this run owns: empty for the automatic run's, e.g. request-<comment id> for a "
+        "/verl-e2e comment's own (a request never overwrites another run's report)",
+    )
     rep.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
     rep.add_argument("--pr", type=int, help="pull request number (no comment without one)")
     rep.add_argument("--sha", help="head commit (default: GITHUB_SHA)")
@@ -187,6 +199,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         skipped=plan.get("skipped", {}),
         reasons=plan.get("reasons", {}),
         uncovered=plan.get("uncovered", {}),
+        section=_section(args.section),
         job_failures=job_failures,
         pre_existing_fails=args.pre_existing_fails,
     )

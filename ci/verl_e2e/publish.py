@@ -31,7 +31,7 @@ class PublishOptions:
 
 
 def upsert_comment(
-    client: GitHubClient, repo: str, pr: int, body: str, bot_login: str = "github-actions[bot]"
+    client: GitHubClient, repo: str, pr: int, body: str, bot_login: str = "github-actions[bot]", *, section: str = ""
 ) -> tuple[str, int]:
     """Create the comment, or update ours (marker and author); ("unchanged", id) when nothing differs.
 
@@ -42,7 +42,8 @@ def upsert_comment(
         (
             c
             for c in client.comments(repo, pr)
-            if report.MARKER in (c.get("body") or "") and (c.get("user") or {}).get("login") == bot_login
+            if report.marker(section) in (c.get("body") or "").splitlines()
+            and (c.get("user") or {}).get("login") == bot_login
         ),
         None,
     )
@@ -64,7 +65,7 @@ def publish(
     done: dict[str, Any] = {"result": report.overall(verdicts, ctx)}
     if opts.summary is not None:
         with opts.summary.open("a", encoding="utf-8") as fh:
-            fh.write(report.render(verdicts, ctx, marker=False))
+            fh.write(report.render(verdicts, ctx, with_marker=False))
         done["summary"] = str(opts.summary)
     if opts.junit is not None:
         opts.junit.write_text(junit.render(verdicts), encoding="utf-8")
@@ -94,7 +95,7 @@ def publish(
             done["status"] = "created"
             say("check runs are not allowed for this token; set a commit status instead")
     if opts.comment and ctx.pr is not None and client is not None:
-        action, comment_id = upsert_comment(client, ctx.repo, ctx.pr, body, opts.bot_login)
+        action, comment_id = upsert_comment(client, ctx.repo, ctx.pr, body, opts.bot_login, section=ctx.section)
         done["comment"] = {"action": action, "id": comment_id}
         say(f"comment {action} on {ctx.repo}#{ctx.pr}")
     return done

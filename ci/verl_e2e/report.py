@@ -18,6 +18,14 @@ from verl_e2e.regression import counts_against_the_pr, says
 from verl_e2e.verdict import Verdict, image_line, render_text
 
 MARKER = "<!-- verl-e2e:pr-comment -->"
+
+
+def marker(section: str = "") -> str:
+    """The hidden line that finds our comment: one for the automatic run, one per explicit request
+    (a `/verl-e2e` comment or a dispatch), so a request never overwrites another run's report."""
+    return MARKER if not section else f"<!-- verl-e2e:pr-comment section={section} -->"
+
+
 LIMIT = 65_536
 CHECK_SUMMARY_LIMIT = 65_535
 MAX_ANNOTATIONS = 50
@@ -42,6 +50,7 @@ class Context:
     job_failures: Sequence[str] = ()  # workflow jobs that failed or were cancelled (e.g. "plan: failure")
     pre_existing_fails: bool = False  # site setting: a failure already on the merge base fails the check
     uncovered: Mapping[str, Sequence[str]] = field(default_factory=dict)  # selected level -> why it has no cell
+    section: str = ""  # "" for the automatic run's comment; e.g. "request-123" for a comment's own
 
 
 def overall(verdicts: Sequence[Verdict], ctx: Context | None = None) -> str:
@@ -183,9 +192,10 @@ def skipped_levels(ctx: Context) -> list[str]:
     return [*lines, "", "</details>"]
 
 
-def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, marker: bool = True) -> str:
+def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, with_marker: bool = True) -> str:
     """The whole comment (or job summary), never longer than `limit` characters."""
-    head = [*([MARKER] if marker else []), *headline(verdicts, ctx), "", *table(verdicts), *uncovered_levels(ctx)]
+    head = [*([marker(ctx.section)] if with_marker else []), *headline(verdicts, ctx), "", *table(verdicts)]
+    head += uncovered_levels(ctx)
     tail = [*skipped_levels(ctx), "", f"<sub>Comment with {USAGE} to run other levels.</sub>"]
     failing = [v for v in verdicts if v.result in ("Fail", "Blocked")]
     passing = [v for v in verdicts if v not in failing]
@@ -248,7 +258,7 @@ def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool 
         "head_sha": ctx.sha,
         "status": "completed",
         "conclusion": conclusion,
-        "output": {"title": title[:255], "summary": render(verdicts, ctx, CHECK_SUMMARY_LIMIT, marker=False)},
+        "output": {"title": title[:255], "summary": render(verdicts, ctx, CHECK_SUMMARY_LIMIT, with_marker=False)},
     }
     if ctx.run_url:
         payload["details_url"] = ctx.run_url

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from verl_e2e.config import load_matrix
 from verl_e2e.errors import VerlE2EError, did_you_mean
 from verl_e2e.gate import PR_BRANCH
 from verl_e2e.github import GitHubClient
@@ -178,6 +179,20 @@ def from_pull_request(event: Mapping[str, Any], same_repo_prs: bool = False) -> 
     return RunRequest(run=True, plan=True, reason="pull request from a branch of this repository", **base)
 
 
+def check_families(names: str) -> None:
+    """Every family a request names must be one of matrix.yaml's: refused (and replied to) before any
+    reaction, not accepted with a rocket and failed later in the plan job."""
+    if not names:
+        return
+    known = load_matrix().families
+    for name in names.split(","):
+        if name not in known:
+            raise CommandError(
+                f"family={name} is not a model family of verl-e2e{did_you_mean(name, known)}; "
+                "see `verl-e2e families` for the list (e.g. family=qwen3)"
+            )
+
+
 def from_comment(event: Mapping[str, Any], client: GitHubClient) -> RunRequest | None:
     """A RunRequest for a /verl-e2e comment on a PR; None when the comment is not for us.
 
@@ -200,6 +215,7 @@ def from_comment(event: Mapping[str, Any], client: GitHubClient) -> RunRequest |
         raise Ignored(f"@{user} has {permission} permission; a /verl-e2e command needs write or above")
     command = parse_command(comment.get("body", ""))
     assert command is not None
+    check_families(command.family)
     pull = client.pull(repo, number)
     head = pull["head"]["sha"]
     fork = (pull["head"].get("repo") or {}).get("full_name", "") != repo
@@ -238,6 +254,7 @@ def from_dispatch(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
     for key, value in (("level", levels or "auto"), ("model", model), ("verl", verl), ("family", family)):
         if value and not _VALUE[key].fullmatch(value):
             raise CommandError(f"input {key}={value[:60]!r} is not valid; expected {EXPECTED[key]}")
+    check_families(family)
     common = {
         "repo": repo,
         "levels": levels or "auto",
