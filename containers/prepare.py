@@ -22,7 +22,7 @@ def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict, work: Pat
     if train.is_file() and val.is_file():
         rec.step("data", "ok", f"GSM8K parquet from the cache ({train.parent})", started)
         return None
-    raw = train.parent.parent / "gsm8k-raw"
+    raw = Path(env.get("VERL_E2E_GSM8K_RAW") or train.parent.parent / "gsm8k-raw")  # the site's cache layout
     target = work / "data" / "gsm8k"
     cmd = [sys.executable, "examples/data_preprocess/gsm8k.py", "--local_save_dir", str(target)]
     if raw.is_dir():

@@ -7,7 +7,9 @@
 Writes .github/workflows/verl-e2e-{pr,comment,dispatch,publish}.yml into the Bridge checkout from
 .github/callers/, with `uses:` pointing at this repository's reusable workflow at that SHA (a tag
 could be moved; a SHA cannot), and this site's settings (image, registry, runner labels of the image
-job, cache root, extra run-cell flags) written in. Re-running updates the files in place.
+job, cache root and layout, secret names, extra run-cell flags) written in, and remembered in the
+Bridge checkout's .github/verl-e2e-site.json: a re-run keeps every setting it is not given (--reset
+forgets them). Each value is checked first (one clear line, exit 2); README's "Site settings" lists them.
 """
 
 from __future__ import annotations
@@ -21,45 +23,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-SITE_DEFAULTS = {
-    "image": "",
-    "image_repository": "",
-    "image_runner": '["self-hosted", "linux", "x64", "docker"]',
-    "cache_root": "/var/cache/verl-e2e",
-    "run_cell_args": "",
-    "same_repo_prs": "false",
-    "verl_ref": "",
-    "base_runs": "cache",
-}
+sys.path.insert(0, str(ROOT / "ci"))  # the checkout's own verl_e2e: the settings table lives there
+from verl_e2e.errors import UsageError  # noqa: E402
+from verl_e2e.site import BY_KEY, SETTINGS, commit, merge  # noqa: E402
+
+SITE_DEFAULTS = {s.key: s.default for s in SETTINGS}
+REMEMBERED = Path(".github") / "verl-e2e-site.json"
 
 
 def render(text: str, repository: str, sha: str, site: dict[str, str] | None = None) -> str:
-    """Fill the placeholders; site values become quoted YAML scalars (JSON strings are valid YAML)."""
+    """Fill the placeholders: the pinned repository and SHA, then every site setting."""
     text = text.replace("__VERL_E2E_REPOSITORY__", repository).replace("__VERL_E2E_SHA__", sha)
     values = SITE_DEFAULTS | (site or {})
     text = text.replace("__VERL_E2E_SAME_REPO_PRS_BOOL__", "true" if values["same_repo_prs"] == "true" else "false")
-    for key, value in (SITE_DEFAULTS | (site or {})).items():
-        text = text.replace(f"__VERL_E2E_{key.upper()}__", json.dumps(value))
+    for key in ("registry_secret", "hf_token_secret"):  # secret names are checked identifiers, not values
+        text = text.replace(f"__VERL_E2E_{key.upper()}_NAME__", values[key])
+    for key, value in values.items():
+        text = text.replace(f"__VERL_E2E_{key.upper()}__", json.dumps(value))  # a quoted YAML scalar
     return text
 
 
 def install(bridge: Path, repository: str, sha: str, site: dict[str, str] | None = None) -> list[Path]:
-    if not re.fullmatch(r"[0-9a-f]{40}", sha):
-        raise SystemExit(f"--sha {sha}: expected a full 40-character commit SHA (tags and branches can move)")
-    verl_ref = (site or {}).get("verl_ref", "")
-    if verl_ref and not re.fullmatch(r"[0-9a-f]{40}", verl_ref):
-        raise SystemExit(f"--verl-ref {verl_ref}: expected a full 40-character verl commit SHA (or leave it out)")
+    commit(sha, "--sha")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
-        raise SystemExit(f"--repository {repository}: expected owner/name")
+        raise UsageError(f"--repository {repository}: expected owner/name")
     if not (bridge / "src" / "megatron" / "bridge").is_dir():
-        raise SystemExit(f"--bridge {bridge}: not a Megatron-Bridge checkout (no src/megatron/bridge)")
+        raise UsageError(f"--bridge {bridge}: not a Megatron-Bridge checkout (no src/megatron/bridge)")
+    values = merge({}, dict(site or {}))
     target = bridge / ".github" / "workflows"
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for template in sorted((ROOT / ".github" / "callers").glob("*.yml")):
         out = target / template.name
-        out.write_text(render(template.read_text(), repository, sha, site))
+        out.write_text(render(template.read_text(), repository, sha, values))
         written.append(out)
+    remembered = bridge / REMEMBERED
+    remembered.write_text(json.dumps({"repository": repository, "sha": sha, **values}, indent=2) + "\n")
+    written.append(remembered)
     return written
 
 
@@ -67,38 +67,41 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bridge", type=Path, required=True)
     ap.add_argument("--sha", required=True, help="the verl-e2e commit the callers pin")
-    ap.add_argument("--repository", default="verl-e2e/verl-e2e")
-    ap.add_argument("--image", default="", help="a fixed image tag instead of building or reusing one")
-    ap.add_argument("--image-repository", default="", help="registry repository, e.g. ghcr.io/org/verl-e2e")
-    ap.add_argument("--image-runner", default=SITE_DEFAULTS["image_runner"], help="JSON labels of the image job")
-    ap.add_argument("--cache-root", default=SITE_DEFAULTS["cache_root"], help="the runners' model/data cache")
-    ap.add_argument("--run-cell-args", default="", help="extra run-cell flags for this site")
-    ap.add_argument("--verl-ref", default="", help="pin verl to this full SHA instead of matrix.yaml's")
-    ap.add_argument(
-        "--base-runs",
-        choices=("off", "cache", "auto"),
-        default="cache",
-        help="a failed cell's result on the merge base: off, from the runners' cache, or auto (run it once)",
-    )
-    ap.add_argument(
-        "--same-repo-prs",
-        action="store_true",
-        help="also run cells on pull_request from branches of the repository itself (forks never run)",
-    )
+    ap.add_argument("--repository", help="where verl-e2e lives (default: remembered, else verl-e2e/verl-e2e)")
+    ap.add_argument("--reset", action="store_true", help="forget the remembered settings; use the defaults")
+    for s in SETTINGS:
+        if s.key == "same_repo_prs":
+            ap.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=None, help=s.help)
+        else:
+            ap.add_argument(s.flag, dest=s.key, default=None, help=f"{s.help} (default: {s.default or 'none'})")
     args = ap.parse_args()
-    site = {
-        "image": args.image,
-        "image_repository": args.image_repository,
-        "image_runner": args.image_runner,
-        "cache_root": args.cache_root,
-        "run_cell_args": args.run_cell_args,
-        "same_repo_prs": "true" if args.same_repo_prs else "false",
-        "verl_ref": args.verl_ref,
-        "base_runs": args.base_runs,
-    }
-    for path in install(args.bridge, args.repository, args.sha, site):
-        print(f"wrote {path}")
+    try:
+        remembered = {} if args.reset else _remembered(args.bridge)
+        given = {s.key: getattr(args, s.key) for s in SETTINGS}
+        if given["same_repo_prs"] is not None:
+            given["same_repo_prs"] = "true" if given["same_repo_prs"] else "false"
+        site = merge(remembered, given)
+        repository = args.repository or remembered.get("repository") or "verl-e2e/verl-e2e"
+        for path in install(args.bridge, repository, args.sha, site):
+            print(f"wrote {path}")
+    except UsageError as exc:
+        print(f"install_callers: error: {exc}", file=sys.stderr)
+        return 2
+    kept = sorted(k for k in remembered if k in BY_KEY and given.get(k) is None and remembered[k] != SITE_DEFAULTS[k])
+    if kept:
+        print(f"kept from {args.bridge / REMEMBERED}: {', '.join(kept)} (--reset forgets them)")
     return 0
+
+
+def _remembered(bridge: Path) -> dict[str, str]:
+    path = bridge / REMEMBERED
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UsageError(f"{path}: not JSON; fix it or pass --reset") from None
+    return {k: str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 if __name__ == "__main__":

@@ -16,13 +16,14 @@ from typing import NoReturn, TextIO
 
 import docker.errors
 
-from verl_e2e import __version__, cli_github, cli_inspect, cli_run, cli_surface, surface
+from verl_e2e import __version__, cli_github, cli_inspect, cli_run, cli_surface, site, surface
 from verl_e2e.cells import expand, uncovered
 from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
 from verl_e2e.config import (
     LEVELS,
     Matrix,
     load_matrix,
+    with_runners,
 )
 from verl_e2e.diffs import read_diff
 from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
@@ -73,6 +74,12 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
         "functions they sit in decide; alone or with --changed-files",
     )
     src.add_argument("--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)")
+    p.add_argument(
+        "--runners",
+        metavar="JSON",
+        help="this site's GPU runner labels per GPU count, e.g. "
+        '{"2": ["self-hosted", "gpu-2"]} (default: matrix.yaml\'s runners)',
+    )
     src.add_argument(
         "--example",
         nargs="?",
@@ -213,6 +220,8 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
             f"--model {args.model!r}: not a checkpoint id; expected ORG/NAME as on the Hugging Face hub "
             "(e.g. Qwen/Qwen3-0.6B), the path under the runners' model cache"
         )
+    if getattr(args, "runners", None):
+        matrix = with_runners(matrix, site.runners(args.runners))
     requested = parse_levels(args.levels)
     families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
     files, context = _changes(args, stdin)

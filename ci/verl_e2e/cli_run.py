@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from verl_e2e import basecache, slurm
+from verl_e2e import basecache, cachelayout, slurm
 from verl_e2e.adapt import adapt_cell
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
@@ -63,6 +63,7 @@ def add_commands(sub: Any) -> None:
     )
     prefetch.add_argument("--family", action="append", default=[], metavar="NAME", help="only these families")
     prefetch.add_argument("--cache", type=Path, help="cache root (default: defaults.host_cache in matrix.yaml)")
+    prefetch.add_argument("--cache-layout", choices=sorted(cachelayout.LAYOUTS), default="verl-e2e")
     prefetch.add_argument("--token-env", metavar="NAME", help="variable holding a hub token for gated models")
     prefetch.add_argument("--dry-run", action="store_true", help="list the downloads only")
     prefetch.add_argument("--matrix", metavar="PATH")
@@ -154,6 +155,12 @@ def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> N
     )
     p.add_argument("--cache", type=Path, help="runner cache root (default: defaults.host_cache in matrix.yaml)")
     p.add_argument(
+        "--cache-layout",
+        choices=sorted(cachelayout.LAYOUTS),
+        default="verl-e2e",
+        help="verl-e2e (models/, datasets/, hf/) or verl-ci (the layout verl's CI runners have under $HOME)",
+    )
+    p.add_argument(
         "--ulimit",
         action="append",
         default=[],
@@ -186,7 +193,8 @@ def _cells_from(path: Path, cell_id: str | None) -> Cell:
 
 def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path, image: str | None) -> RunOptions:
     root = args.cache or Path(matrix.defaults.host_cache)
-    cache = {"models": root / "models", "datasets": root / "datasets", "hf_home": root / "hf"}
+    cache = cachelayout.host_paths(root, args.cache_layout)
+    layout_env = cachelayout.cell_env(args.cache_layout, matrix.defaults.container_paths["datasets"])
     return RunOptions(
         cell_file=cell_file,
         bridge=args.bridge,
@@ -195,7 +203,7 @@ def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path
         image=image,
         verl=args.verl,
         gpus=args.gpus,
-        env=parse_env_pairs(args.env),
+        env=layout_env | parse_env_pairs(args.env),
         phase_timeout=args.phase_timeout,
         import_check=args.import_check,
         megatron_lm=args.megatron_lm,
@@ -285,7 +293,7 @@ def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextI
     matrix = load_matrix(args.matrix)
     cache = args.cache or Path(matrix.defaults.host_cache)
     families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
-    downloads = plan_downloads(matrix, families, cache)
+    downloads = plan_downloads(matrix, families, cache, args.cache_layout)
     if args.dry_run:
         stdout.write("".join(f"{d.repo_id:<48} -> {d.local_dir}  ({d.why})\n" for d in downloads))
         return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -194,6 +194,17 @@ def stringify_keys(node: Any) -> Any:
     if isinstance(node, list):
         return [stringify_keys(v) for v in node]
     return node
+
+
+def with_runners(matrix: Matrix, runners: Mapping[int, list[str]]) -> Matrix:
+    """The matrix with a site's runner labels (GPU count -> labels); they must fit every variant."""
+    need = max(v.gpus for lvl in matrix.levels.values() for v in lvl.variants)
+    if max(runners) < need:
+        raise ConfigError(
+            f"--runners: the largest runner has {max(runners)} GPUs, but a variant needs {need}; "
+            f"add a label list for {need} GPUs"
+        )
+    return replace(matrix, runners=tuple(sorted((n, tuple(labels)) for n, labels in runners.items())))
 
 
 def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:

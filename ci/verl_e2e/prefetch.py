@@ -8,6 +8,8 @@ defaults.container_paths):
     <cache>/models/<org>/<name>/config.json   only the config, for families run as dummy models
     <cache>/models/<reward model>/        the wrapper's reward model
     <cache>/datasets/gsm8k-raw/           openai/gsm8k, converted to parquet by verl's own
+    (with --cache-layout verl-ci, the layout verl's own CI runners have: datasets/ is hf_data/ and
+    the raw copy is hf_data/gsm8k, see cachelayout.py)
                                           preprocessing on the first cell (offline)
     <cache>/prefetch.json                 what is there and when it was fetched
 
@@ -24,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_e2e.cachelayout import layout
 from verl_e2e.config import Matrix, ModelRef
 from verl_e2e.errors import UsageError, VerlE2EError, did_you_mean
 
@@ -44,14 +47,17 @@ class Download:
     why: str
 
 
-def _model(ref: ModelRef, cache: Path, why: str) -> Download:
+def _model(ref: ModelRef, models: Path, why: str) -> Download:
     patterns = ["config.json"] if ref.dummy is not None else WEIGHTS
     kind = "config only (dummy model)" if ref.dummy is not None else "checkpoint"
-    return Download(ref.model, "model", str(cache / "models" / ref.model), patterns, f"{why}: {kind}")
+    return Download(ref.model, "model", str(models / ref.model), patterns, f"{why}: {kind}")
 
 
-def plan_downloads(matrix: Matrix, families: Sequence[str], cache: Path) -> list[Download]:
-    """Every download the named families (all when empty) need, without duplicates."""
+def plan_downloads(
+    matrix: Matrix, families: Sequence[str], cache: Path, layout_name: str = "verl-e2e"
+) -> list[Download]:
+    """Every download the named families (all when empty) need, without duplicates, in the site's layout."""
+    lay = layout(layout_name)
     for name in families:
         if name not in matrix.families:
             raise UsageError(f"prefetch: --family {name}: unknown family{did_you_mean(name, matrix.families)}")
@@ -59,20 +65,20 @@ def plan_downloads(matrix: Matrix, families: Sequence[str], cache: Path) -> list
     out: dict[str, Download] = {}
     for name in chosen:
         family = matrix.families[name]
-        for ref in (family.model, family.moe_model):
+        for ref in (family.model, family.moe_model, family.mtp_model):
             if ref is None:
                 continue
-            d = _model(ref, cache, f"family {name}")
+            d = _model(ref, cache / lay.models, f"family {name}")
             previous = out.get(d.repo_id)
             if previous is None or len(d.allow_patterns) > len(previous.allow_patterns):
                 out[d.repo_id] = d  # a full checkpoint wins over a config-only download of the same repo
     if matrix.defaults.reward_model:
         rm = matrix.defaults.reward_model
-        out[rm] = Download(rm, "model", str(cache / "models" / rm), WEIGHTS, "the wrapper's reward model")
+        out[rm] = Download(rm, "model", str(cache / lay.models / rm), WEIGHTS, "the wrapper's reward model")
     out[GSM8K] = Download(
         GSM8K,
         "dataset",
-        str(cache / "datasets" / "gsm8k-raw"),
+        str(cache / lay.datasets / lay.gsm8k_raw),
         ["main/*", "*.json"],
         "GSM8K, made into parquet by verl's preprocessing on the first cell",
     )

@@ -1,0 +1,123 @@
+"""A site's settings: one table, validated once, remembered by the installer.
+
+A Megatron-Bridge repository that installs verl-e2e sets these once (`tools/install_callers.py`,
+which writes them into the caller workflows and remembers them in `.github/verl-e2e-site.json`, so
+a re-run keeps what it is not told to change, and a typo is refused before anything is written).
+README's "Site settings" table lists them; a test keeps it in step with this one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from verl_e2e.errors import UsageError
+
+LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+SECRET = re.compile(r"[A-Z_][A-Z0-9_]{0,99}")
+SHA = re.compile(r"[0-9a-f]{40}")
+IMAGE_REPOSITORY = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+")
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # the installer's placeholder name and the remembered file's key
+    flag: str
+    default: str
+    help: str
+
+
+SETTINGS = (
+    Setting("runners", "--runners", "",
+            'GPU runner labels per GPU count, JSON: {"1": [...], "2": [...], "4": [...], "8": [...]}'),
+    Setting("image_runner", "--image-runner", '["self-hosted", "linux", "x64", "docker"]',
+            "labels of the runner that builds the image (JSON list; needs a Docker engine)"),
+    Setting("image", "--image", "", "a fixed image instead of building or reusing one"),
+    Setting("image_repository", "--image-repository", "",
+            "registry repository the image is pushed to and pulled from (how it reaches the GPU hosts)"),
+    Setting("registry_secret", "--registry-secret", "VERL_E2E_REGISTRY_TOKEN",
+            "name of the secret holding the registry token (passed to the workflow as registry_token)"),
+    Setting("cache_root", "--cache-root", "/var/cache/verl-e2e",
+            "the GPU runners' cache of models and datasets"),
+    Setting("cache_layout", "--cache-layout", "verl-e2e",
+            "verl-e2e, or verl-ci for the layout verl's/Bridge's CI runners already have"),
+    Setting("hf_token_secret", "--hf-token-secret", "HF_TOKEN",
+            "name of the secret with a Hugging Face token, for the cache warm-up of gated models"),
+    Setting("warmup_runner", "--warmup-runner", '["self-hosted", "linux", "x64", "gpu-1"]',
+            "labels of the runner whose cache the scheduled warm-up fills (JSON list)"),
+    Setting("run_cell_args", "--run-cell-args", "",
+            "extra `verl-e2e run-cell` flags, e.g. --ulimit memlock=default"),
+    Setting("verl_ref", "--verl-ref", "", "the site's verl pin (full SHA), not matrix.yaml's"),
+    Setting("base_runs", "--base-runs", "cache",
+            "a failed cell on the merge base: off, cache or auto (run it once)"),
+    Setting("same_repo_prs", "--same-repo-prs", "false",
+            "pull_request events from the repository's own branches run cells too (forks never do)"),
+)  # fmt: skip
+BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def labels(value: str, what: str) -> list[str]:
+    """A JSON list of runner labels that picks GPU machines, not any self-hosted runner."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, list) or not parsed or not all(isinstance(x, str) and LABEL.fullmatch(x) for x in parsed):
+        raise UsageError(f'{what} {value[:80]!r}: expected a JSON list of runner labels, e.g. ["self-hosted", "gpu-2"]')
+    if set(parsed) <= {"self-hosted", "linux", "x64", "X64", "Linux"}:
+        raise UsageError(
+            f"{what} {value[:80]!r}: these labels match every self-hosted runner; add the label only the "
+            'intended machines have, e.g. ["self-hosted", "gpu-2"]'
+        )
+    return parsed
+
+
+def runners(value: str) -> dict[int, list[str]]:
+    """{"2": [...], "4": [...]} -> {2: [...], 4: [...]} (GPU count -> labels)."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise UsageError(f'--runners {value[:80]!r}: expected JSON such as {{"2": ["self-hosted", "gpu-2"]}}')
+    out: dict[int, list[str]] = {}
+    for count, labs in parsed.items():
+        if not str(count).isdigit() or int(count) < 1:
+            raise UsageError(f"--runners: {count!r} is not a GPU count; keys are 1, 2, 4, 8, ...")
+        out[int(count)] = labels(json.dumps(labs), f"--runners {count}")
+    return dict(sorted(out.items()))
+
+
+def check(key: str, value: str) -> str:
+    """Validate one setting's value; returns it unchanged (one clear line when it is wrong)."""
+    if key in ("image_runner", "warmup_runner"):
+        labels(value, BY_KEY[key].flag)
+    elif key == "runners" and value:
+        runners(value)
+    elif key in ("registry_secret", "hf_token_secret") and not SECRET.fullmatch(value):
+        raise UsageError(f"{BY_KEY[key].flag} {value!r}: expected a secret name such as VERL_E2E_REGISTRY_TOKEN")
+    elif key == "verl_ref" and value:
+        commit(value, "--verl-ref")
+    elif key == "image_repository" and value and not IMAGE_REPOSITORY.fullmatch(value):
+        raise UsageError(f"--image-repository {value!r}: expected a registry repository, e.g. ghcr.io/org/verl-e2e")
+    elif key == "cache_layout" and value not in ("verl-e2e", "verl-ci"):
+        raise UsageError(f"--cache-layout {value!r}: expected verl-e2e or verl-ci")
+    elif key == "base_runs" and value not in ("off", "cache", "auto"):
+        raise UsageError(f"--base-runs {value!r}: expected off, cache or auto")
+    return value
+
+
+def commit(value: str, flag: str) -> str:
+    if not SHA.fullmatch(value) or set(value) == {"0"}:
+        raise UsageError(f"{flag} {value!r}: expected a full 40-character commit SHA (tags and branches can move)")
+    return value
+
+
+def merge(remembered: dict[str, Any], given: dict[str, str | None]) -> dict[str, str]:
+    """Defaults < what the last install remembered < what this run was given; every value checked."""
+    out = {s.key: s.default for s in SETTINGS}
+    out |= {k: str(v) for k, v in remembered.items() if k in BY_KEY}
+    out |= {k: v for k, v in given.items() if v is not None}
+    return {k: check(k, v) for k, v in out.items()}
