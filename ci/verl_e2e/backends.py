@@ -253,6 +253,7 @@ def run_docker(  # noqa: PLR0917 - the backends share one call shape
         "container": name,
         "image": image,
         "image_id": client.images.get(image).id,
+        "image_base": (client.images.get(image).labels or {}).get("org.opencontainers.image.base.name"),
         "gpus": spec.gpus,
         "environment": sorted(spec.environment),
     }

@@ -9,13 +9,14 @@ registry that a previous build pushed to.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +121,27 @@ def _present(client: Any, tag: str) -> Any | None:
         return None
 
 
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def pin_base(client: Any, base: str, *, pull: bool = True, say: Callable[[str], None] = print) -> str:
+    """`name:tag` -> `name:tag@sha256:...`: the image is built from the exact bytes the tag names today,
+    and the digest is in its labels (and so in every report), even when matrix.yaml names only a tag."""
+    if DIGEST.search(base):
+        return base
+    try:
+        found = client.images.get(base)
+    except docker.errors.ImageNotFound:
+        found = client.images.pull(base) if pull else None
+    digests = [d for d in (found.attrs.get("RepoDigests") or [] if found is not None else []) if DIGEST.search(d)]
+    if not digests:
+        say(f"base {base}: a local image without a registry digest; recorded by its id")
+        return base
+    pinned = f"{base}@{digests[0].rsplit('@', 1)[1]}"
+    say(f"base {base}: pinned to {pinned.rsplit('@', 1)[1][:19]}... (put the digest in matrix.yaml to fix it)")
+    return pinned
+
+
 def ensure_image(
     client: Any,
     inputs: ImageInputs,
@@ -141,9 +163,10 @@ def ensure_image(
             return ImageResult(tag, image.id, "pulled")
         except docker.errors.APIError as exc:
             say(f"image {tag}: not in the registry ({exc.explanation or exc}); building")
-    say(f"image {tag}: building FROM {inputs.base} with verl {inputs.verl_commit[:12]}")
+    base = pin_base(client, inputs.base, pull=pull, say=say)
+    say(f"image {tag}: building FROM {base} with verl {inputs.verl_commit[:12]}")
     with build_context(inputs) as ctx:
-        image_id = _build(client, ctx, tag, inputs, say)
+        image_id = _build(client, ctx, tag, replace(inputs, base=base), say)
     pushed = False
     if push:
         _push(client, tag, say)

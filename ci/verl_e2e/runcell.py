@@ -214,7 +214,7 @@ def _merge_provenance(out: Path, info: Mapping[str, Any], problems: list[str]) -
             },
         }
     if "image" in info:
-        provenance["image"] = {"tag": info["image"], "id": info.get("image_id")}
+        provenance["image"] = {"tag": info["image"], "id": info.get("image_id"), "base": info.get("image_base")}
     provenance["host_exit_code"] = info.get("exit_code")
     provenance["runner"] = info.get("runner", [])
     if problems:  # the cell handed back something that is not a plain file: never evidence of a pass

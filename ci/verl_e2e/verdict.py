@@ -298,7 +298,8 @@ def image_line(repos: Mapping[str, Any]) -> str:
     image = repos.get("image")
     if not isinstance(image, Mapping) or not image.get("tag"):
         return "none (local backend: the host's environment)"
-    return f"{image['tag']}" + (f" ({image['id']})" if image.get("id") else " (digest not recorded)")
+    line = f"{image['tag']}" + (f" ({image['id']})" if image.get("id") else " (digest not recorded)")
+    return line + (f", built FROM {image['base']}" if image.get("base") else "")
 
 
 def render_text(v: Verdict) -> str:
