@@ -175,7 +175,7 @@ def test_a_request_keeps_its_own_comment(spec) -> None:  # noqa: F811
 def test_an_unknown_family_is_refused_before_any_reaction(examples, spec) -> None:  # noqa: F811
     with serve(spec) as (url, state):
         setup_pr(state)
-        with pytest.raises(CommandError, match="family=qwen9 is not a model family.*did you mean"):
+        with pytest.raises(CommandError, match=r"family=qwen9 is not a model family.*did you mean"):
             from_comment(comment_event(examples, "/verl-e2e level=2 family=qwen9"), GitHubClient("t", url))
         assert state.reactions == [] and state.violations == []
 
