@@ -284,7 +284,7 @@ def run_docker(  # noqa: PLR0917 - the backends share one call shape
             info["exit_code"] = container.wait(timeout=STOP_GRACE_S + 30).get("StatusCode")
         reader.join(timeout=10)
         info["status"] = "cancelled" if cancel.signum is not None else status
-        info["deadline_s"] = deadline
+        info["deadline_s"] = deadline(cell, opts)
         return info
     finally:
         with contextlib.suppress(docker.errors.APIError):

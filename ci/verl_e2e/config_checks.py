@@ -83,8 +83,8 @@ def _runners(doc: Mapping[str, Any], source: str, problems: list[str]) -> None:
             gpus = variant.get("gpus", 0)
             if not runners or runners[-1] < gpus:
                 problems.append(
-                    f"{source}::$.levels.{level}.variants.{name}.gpus: needs {gpus} GPUs, the largest runner "
-                    f"has {runners[-1] if runners else 0}; add a runner with enough GPUs"
+                    f"{source}::$.runners: the largest runner has {runners[-1] if runners else 0} GPUs, but a "
+                    f"variant needs {gpus} (levels.{level}.variants.{name}); add a runner with enough GPUs"
                 )
 
 
