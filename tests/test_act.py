@@ -231,18 +231,18 @@ def test_copy_pr_bot_push_runs_gate_plan_image_cell_report(world: dict) -> None:
             "gate": "succeeded",
             "plan": "succeeded",
             "image": "succeeded",
-            "L0-lora-ddp-qwen": "succeeded",
+            "L0-lora-ddp-qwen3": "succeeded",
             "report": "succeeded",
         }, done
         assert state.violations == []
         (comment,) = state.comments[7]
-        assert "✅ verl-e2e: Pass (1 cell: 1 pass)" in comment["body"] and "L0-lora-ddp-qwen" in comment["body"]
+        assert "✅ verl-e2e: Pass (1 cell: 1 pass)" in comment["body"] and "L0-lora-ddp-qwen3" in comment["body"]
         assert state.check_runs[0]["conclusion"] == "success" and state.check_runs[0]["head_sha"] == world["head"]
-    run_dir = world["root"] / "artifacts/verl-e2e-run-L0-lora-ddp-qwen/runs/L0-lora-ddp-qwen"
+    run_dir = world["root"] / "artifacts/verl-e2e-run-L0-lora-ddp-qwen3/runs/L0-lora-ddp-qwen3"
     assert json.loads((run_dir / "verdict.json").read_text())["result"] == "Pass"
     assert (run_dir / "run.log").is_file() and (world["root"] / "artifacts/verl-e2e-junit/verl-e2e-junit.xml").is_file()
     plan = json.loads((world["root"] / "artifacts/verl-e2e-plan/plan.json").read_text())
-    assert plan["matrix"]["include"][0]["id"] == "L0-lora-ddp-qwen"
+    assert plan["matrix"]["include"][0]["id"] == "L0-lora-ddp-qwen3"
 
 
 def test_a_same_repository_pull_request_runs_no_cells_unless_the_site_opted_in(world: dict) -> None:
@@ -310,13 +310,13 @@ def test_comment_with_write_permission_runs_the_requested_level(world: dict) -> 
         done = jobs(proc)
         assert proc.returncode == 0, proc.stdout[-6000:]
         cells = {k.rsplit("-", 1)[0] if k[-1].isdigit() else k: v for k, v in done.items() if k.startswith("L")}
-        assert cells == {"L0-lora-ddp-qwen": "succeeded", "L1-save-resume-qwen": "succeeded"}, (
+        assert cells == {"L0-lora-ddp-qwen3": "succeeded", "L1-save-resume-qwen3": "succeeded"}, (
             done
         )  # act numbers matrix jobs
         assert done.get("report") == "succeeded", done
         assert [c for _, c in state.reactions] == ["eyes", "rocket"]
         body = state.comments[7][0]["body"]
-        assert "L1-save-resume-qwen" in body and "L0-lora-ddp-qwen" in body  # level 1 implies level 0
+        assert "L1-save-resume-qwen3" in body and "L0-lora-ddp-qwen3" in body  # level 1 implies level 0
         assert state.violations == []
 
 
@@ -368,7 +368,7 @@ def test_dispatch_with_a_pr_number(world: dict) -> None:
         proc = run_act(world, "workflow_dispatch", "verl-e2e-dispatch.yml", event, api)
         done = jobs(proc)
         assert proc.returncode == 0, proc.stdout[-6000:]
-        assert done.get("L0-lora-ddp-qwen") == "succeeded" and done.get("report") == "succeeded", done
+        assert done.get("L0-lora-ddp-qwen3") == "succeeded" and done.get("report") == "succeeded", done
         assert state.check_runs[0]["head_sha"] == world["head"] and state.violations == []
 
 
@@ -398,7 +398,7 @@ def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, m
     from . import verl_log as V
     from .rundirs import cell_for, write_run_dir
 
-    cell = cell_for(matrix, 0)
+    cell = cell_for(matrix, 0, family="qwen3")  # the change edits Qwen3's bridge: Qwen3's cell runs
     crash = V.run(1)[:-300] + V.worker_traceback(
         "RuntimeError",
         "CUDA error: an illegal memory access was encountered",
@@ -423,7 +423,7 @@ def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, m
             prepare(state, world)
             proc = run_act(world, "push", "verl-e2e-pr.yml", push_event(world), api)
             done = jobs(proc)
-            assert done.get("L0-lora-ddp-qwen") == "failed" and done.get("report") == "succeeded", done
+            assert done.get("L0-lora-ddp-qwen3") == "failed" and done.get("report") == "succeeded", done
             assert "the merge base's result from the cache" in proc.stdout
             (comment,) = state.comments[7]
             assert "already failing on the merge base" in comment["body"], comment["body"][:3000]
