@@ -19,9 +19,8 @@ from verl_e2e.changes import ChangedFile
 from verl_e2e.config import LEVELS, Family, Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.registry import SHARED
-from verl_e2e.surface import Surface
+from verl_e2e.surface import MODELS, Surface
 
-MODELS_PREFIX = "src/megatron/bridge/models/"
 SHARED_DIRS = SHARED
 FLAGS = ("moe", "vlm", "mtp")
 
@@ -76,14 +75,14 @@ class _Collector:
 
 def family_dir(path: str) -> str | None:
     """`src/megatron/bridge/models/<dir>/...` -> `<dir>`; None for anything else."""
-    if not path.startswith(MODELS_PREFIX):
+    if not path.startswith(MODELS):
         return None
-    rest = path[len(MODELS_PREFIX) :]
+    rest = path[len(MODELS) :]
     return rest.split("/", 1)[0] if "/" in rest else None
 
 
 def _relative(path: str) -> str:
-    return path[len(MODELS_PREFIX) :].split("/", 1)[1]
+    return path[len(MODELS) :].split("/", 1)[1]
 
 
 def _active_flags(family: Family, rel_paths: tuple[str, ...] = ()) -> set[str]:
