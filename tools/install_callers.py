@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 sys.path.insert(0, str(ROOT / "ci"))  # the checkout's own verl_e2e: the settings table lives there
+from verl_e2e.cli_run import run_options  # noqa: E402
 from verl_e2e.errors import UsageError  # noqa: E402
-from verl_e2e.site import BY_KEY, SETTINGS, commit, merge  # noqa: E402
+from verl_e2e.site import BY_KEY, SETTINGS, changes, commit, merge  # noqa: E402
 
 SITE_DEFAULTS = {s.key: s.default for s in SETTINGS}
 REMEMBERED = Path(".github") / "verl-e2e-site.json"
@@ -81,9 +82,12 @@ def main() -> int:
         if given["same_repo_prs"] is not None:
             given["same_repo_prs"] = "true" if given["same_repo_prs"] else "false"
         site = merge(remembered, given)
+        parse_run_cell_args(site["run_cell_args"])
         repository = args.repository or remembered.get("repository") or "verl-e2e/verl-e2e"
         for path in install(args.bridge, repository, args.sha, site):
             print(f"wrote {path}")
+        for line in changes(remembered, site) if remembered else []:
+            print(f"changed {line}")
     except UsageError as exc:
         print(f"install_callers: error: {exc}", file=sys.stderr)
         return 2
@@ -91,6 +95,19 @@ def main() -> int:
     if kept:
         print(f"kept from {args.bridge / REMEMBERED}: {', '.join(kept)} (--reset forgets them)")
     return 0
+
+
+def parse_run_cell_args(value: str) -> None:
+    """The site's extra flags through run-cell's own parser: an unknown option or a bad value is
+    refused here, not on the GPU runner in the middle of a PR's run."""
+    parser = argparse.ArgumentParser(prog="verl-e2e run-cell", add_help=False, exit_on_error=False)
+    run_options(parser, dry_run_defaults=True)
+    try:
+        _, unknown = parser.parse_known_args(value.split())
+    except argparse.ArgumentError as exc:
+        raise UsageError(f"--run-cell-args {value[:80]!r}: {exc}; see `verl-e2e run-cell --help`") from None
+    if unknown:
+        raise UsageError(f"--run-cell-args: run-cell has no option {unknown[0]!r}; see `verl-e2e run-cell --help`")
 
 
 def _remembered(bridge: Path) -> dict[str, str]:

@@ -326,7 +326,7 @@ def main(
         if args.command == "compare":
             return cli_github.cmd_compare(args, stdout)
         if args.command == "gate":
-            return cli_github.cmd_gate(env, stdout)
+            return cli_github.cmd_gate(args, env, stdout)
         if args.command == "fork-notice":
             return cli_github.cmd_fork_notice(args, env, stdout)
         parser.print_help(stdout)

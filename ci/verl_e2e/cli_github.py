@@ -16,7 +16,7 @@ from verl_e2e.cli_run import sayer as _sayer
 from verl_e2e.collect import collect
 from verl_e2e.errors import UsageError
 from verl_e2e.gate import Context as GateContext
-from verl_e2e.gate import GateRefused
+from verl_e2e.gate import GateRefused, decide_warmup
 from verl_e2e.gate import decide as gate_decide
 from verl_e2e.github import GitHubClient
 from verl_e2e.judging import judge_run_dir
@@ -62,7 +62,13 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("--merge-base", help="merge base shown in the headline")
     rep.add_argument("--comment", action=argparse.BooleanOptionalAction, default=True, help="upsert the PR comment")
     rep.add_argument("--check", action=argparse.BooleanOptionalAction, default=True, help="create the check run")
-    rep.add_argument("--blocked-fails", action="store_true", help="a Blocked result fails the check (default neutral)")
+    rep.add_argument(
+        "--blocked-neutral",
+        action="store_true",
+        help="a Blocked result gives a neutral check (site opt-in); by default it fails the check, since a "
+        "neutral check satisfies a required one",
+    )
+    rep.add_argument("--blocked-fails", action="store_true", help=argparse.SUPPRESS)  # the default now
     rep.add_argument("--summary", type=Path, help="append the markdown here (default: GITHUB_STEP_SUMMARY)")
     rep.add_argument("--junit", type=Path, help="write the merged JUnit file here")
     rep.add_argument("--run-url", help="link to the workflow run (default: from the Actions environment)")
@@ -136,7 +142,11 @@ def add_commands(sub: Any) -> None:
         "the caller's BRIDGE_REPOSITORY, HEAD_SHA and SAME_REPO_PRS whether this run may use the GPU runners. "
         "Exit 0 with the reason, or 1 with the refusal.",
     )
-    del gate
+    gate.add_argument(
+        "--warmup",
+        action="store_true",
+        help="the warm-up's gate: only schedule, or workflow_dispatch on DEFAULT_BRANCH",
+    )
 
     notice = sub.add_parser(
         "fork-notice",
@@ -207,7 +217,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
     opts = PublishOptions(
         comment=args.comment,
         check=args.check,
-        blocked_fails=args.blocked_fails,
+        blocked_fails=not args.blocked_neutral,
         summary=summary,
         junit=args.junit,
         dry_run=args.dry_run,
@@ -254,6 +264,26 @@ def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO
         raise UsageError(
             f"trigger: --event {args.event}: unreadable event payload ({exc}); pass GITHUB_EVENT_PATH"
         ) from None
+    if not isinstance(event, dict):
+        raise UsageError(f"trigger: --event {args.event}: expected a JSON object (GitHub's event payload)")
+    try:
+        request = _request(args, event, env)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"trigger: the {args.event_name} payload in {args.event} lacks {exc} (or it has the wrong type); "
+            "pass the event file GitHub wrote for this event (GITHUB_EVENT_PATH)"
+        ) from None
+    if request is None:
+        request = RunRequest(run=False, plan=False, reason="not a /verl-e2e command on a pull request")
+    outputs = request.outputs()
+    if env.get("GITHUB_OUTPUT"):
+        append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
+    stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
+    return 0
+
+
+def _request(args: argparse.Namespace, event: dict[str, Any], env: Mapping[str, str]) -> RunRequest | None:
+    """The run request of one event payload (replies to a refused comment on the way)."""
     request: RunRequest | None
     if args.event_name == "pull_request":
         request = from_pull_request(event, same_repo_prs=args.same_repo_prs)
@@ -289,18 +319,13 @@ def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO
         else:
             if request is not None and request.comment_id is not None:
                 client.react(request.repo, request.comment_id, "eyes")
-    if request is None:
-        request = RunRequest(run=False, plan=False, reason="not a /verl-e2e command on a pull request")
-    outputs = request.outputs()
-    if env.get("GITHUB_OUTPUT"):
-        append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
-    stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
-    return 0
+    return request
 
 
-def cmd_gate(env: Mapping[str, str], stdout: TextIO) -> int:
+def cmd_gate(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    decide = decide_warmup if args.warmup else gate_decide
     try:
-        reason = gate_decide(GateContext.from_env(env))
+        reason = decide(GateContext.from_env(env))
     except GateRefused as exc:
         stdout.write(f"verl-e2e gate: refused: {exc}\n")
         if env.get("GITHUB_STEP_SUMMARY"):

@@ -10,8 +10,14 @@ triggered it, and for `pull_request` the repository the head comes from. Allowed
   the commit under test must be the pushed one;
 * `issue_comment` and `workflow_dispatch`: their workflow comes from the default branch, and the
   trigger already checked the commenter's or dispatcher's write permission and pinned the SHA;
+* `schedule`: GitHub runs it from the default branch's workflow (the scheduled full run);
 * `pull_request` only from a branch of the repository itself, and only where the site opted in.
 Everything else (forks, `pull_request_target`, other repositories, other branches) is refused.
+The warm-up workflow (`--warmup`) runs no PR code at all, so it allows only `schedule`, and
+`workflow_dispatch` on the default branch.
+
+What the gate itself runs is not the caller's choice either: the reusable workflow installs verl-e2e
+from its own commit, read from GitHub's OIDC claims (`job_workflow_sha`), before this runs.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class Context:
     bridge_repository: str  # input
     head_sha: str  # input
     same_repo_prs: bool  # input: the site's opt-in for same-repository pull_request runs
+    default_branch: str = ""  # github.event.repository.default_branch ("" where the payload has none)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Context:
@@ -54,6 +61,7 @@ class Context:
             bridge_repository=env.get("BRIDGE_REPOSITORY", ""),
             head_sha=env.get("HEAD_SHA", ""),
             same_repo_prs=env.get("SAME_REPO_PRS", "false") == "true",
+            default_branch=env.get("DEFAULT_BRANCH", ""),
         )
 
 
@@ -75,6 +83,8 @@ def decide(ctx: Context) -> str:
         return f"pull request #{m.group(1)}, vetted by copy-pr-bot at {ctx.sha[:12]}"
     if ctx.event_name in ("issue_comment", "workflow_dispatch"):
         return f"{ctx.event_name} (default-branch workflow; the trigger checked write permission and the SHA)"
+    if ctx.event_name == "schedule":
+        return "scheduled run (GitHub runs it from the default branch's workflow)"
     if ctx.event_name == "pull_request":
         if ctx.head_repository != ctx.repository:
             raise GateRefused(
@@ -85,3 +95,18 @@ def decide(ctx: Context) -> str:
             raise GateRefused("same-repository pull requests do not run cells here (the site did not opt in)")
         return "pull request from a branch of this repository (site opt-in)"
     raise GateRefused(f"event {ctx.event_name or '(none)'} may not reach the GPU runners")
+
+
+def decide_warmup(ctx: Context) -> str:
+    """The warm-up fills a runner's cache and runs no PR code: only a schedule or a dispatch from the
+    default branch may start it (its runner labels come from the default branch's caller then)."""
+    if ctx.event_name == "schedule":
+        return "scheduled warm-up (default branch)"
+    if ctx.event_name == "workflow_dispatch":
+        if not ctx.default_branch or ctx.ref != f"refs/heads/{ctx.default_branch}":
+            raise GateRefused(
+                f"warm-up dispatched on {ctx.ref or '(no ref)'}: only the default branch "
+                f"({ctx.default_branch or 'unknown'}) may start it; dispatch it from there"
+            )
+        return f"warm-up dispatched on the default branch {ctx.default_branch}"
+    raise GateRefused(f"event {ctx.event_name or '(none)'} may not start the warm-up (schedule or dispatch only)")

@@ -23,7 +23,7 @@ from verl_e2e.verdict import Verdict
 class PublishOptions:
     comment: bool = True
     check: bool = True
-    blocked_fails: bool = False
+    blocked_fails: bool = True  # a neutral check satisfies a required one: Blocked fails unless a site opts out
     summary: Path | None = None
     junit: Path | None = None
     dry_run: bool = False

@@ -225,7 +225,7 @@ def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, with_m
     return text
 
 
-def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
+def check_run(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = True) -> dict[str, Any]:
     """The payload of the one aggregate check run: conclusion, summary, up to 50 annotations."""
     result = overall(verdicts, ctx)
     conclusion = {
@@ -277,7 +277,7 @@ def only_pre_existing(verdicts: Sequence[Verdict], ctx: Context) -> bool:
     )
 
 
-def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = False) -> dict[str, Any]:
+def commit_status(verdicts: Sequence[Verdict], ctx: Context, *, blocked_fails: bool = True) -> dict[str, Any]:
     """The fallback where check runs are not allowed: one commit status."""
     result = overall(verdicts, ctx)
     state = {

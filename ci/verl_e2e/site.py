@@ -19,6 +19,11 @@ LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 SECRET = re.compile(r"[A-Z_][A-Z0-9_]{0,99}")
 SHA = re.compile(r"[0-9a-f]{40}")
 IMAGE_REPOSITORY = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+")
+# a Docker reference: [registry[:port]/]path[:tag][@sha256:digest]
+WORKFLOW_FLAGS = frozenset(
+    {"--bridge", "--out", "--image", "--cache", "--cache-layout", "--cell-id", "--backend", "--verl", "--matrix"}
+)
+IMAGE = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*(:[A-Za-z0-9_.-]{1,128})?(@sha256:[0-9a-f]{64})?")
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,28 @@ def check(key: str, value: str) -> str:
         raise UsageError(f"--cache-layout {value!r}: expected verl-e2e or verl-ci")
     elif key == "base_runs" and value not in ("off", "cache", "auto"):
         raise UsageError(f"--base-runs {value!r}: expected off, cache or auto")
+    elif key == "same_repo_prs" and value not in ("true", "false"):
+        raise UsageError(f"--same-repo-prs {value!r}: expected true or false")
+    elif key == "image" and value and not IMAGE.fullmatch(value):
+        raise UsageError(f"--image {value[:80]!r}: expected an image reference, e.g. ghcr.io/org/verl-e2e:TAG")
+    elif key == "cache_root" and not (value.startswith("/") and "\n" not in value and ".." not in value.split("/")):
+        raise UsageError(f"--cache-root {value[:80]!r}: expected an absolute path, e.g. /var/cache/verl-e2e")
+    elif key == "run_cell_args" and value:
+        run_cell_args(value)
     return value
+
+
+def run_cell_args(value: str) -> list[str]:
+    """Extra run-cell flags: none that names what the workflow itself decides (the cell, Bridge, run
+    dir, image, cache, backend). The installer also parses them with run-cell's own parser."""
+    words = value.split()
+    named = [w.split("=", 1)[0] for w in words if w.startswith("--")]
+    taken = sorted(set(named) & WORKFLOW_FLAGS)
+    if taken:
+        raise UsageError(f"--run-cell-args: {', '.join(taken)} is set by the workflow itself; leave it out")
+    if words and not words[0].startswith("--"):
+        raise UsageError(f"--run-cell-args {value[:80]!r}: expected run-cell flags such as --ulimit memlock=default")
+    return words
 
 
 def commit(value: str, flag: str) -> str:
@@ -121,3 +147,12 @@ def merge(remembered: dict[str, Any], given: dict[str, str | None]) -> dict[str,
     out |= {k: str(v) for k, v in remembered.items() if k in BY_KEY}
     out |= {k: v for k, v in given.items() if v is not None}
     return {k: check(k, v) for k, v in out.items()}
+
+
+def changes(before: dict[str, Any], after: dict[str, str]) -> list[str]:
+    """What an install changes against the remembered settings, one line per setting."""
+    return [
+        f"{key}: {str(before.get(key, BY_KEY[key].default))!r} -> {after[key]!r}"
+        for key in after
+        if key in BY_KEY and str(before.get(key, BY_KEY[key].default)) != after[key]
+    ]

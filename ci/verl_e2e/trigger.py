@@ -24,7 +24,7 @@ from typing import Any
 from verl_e2e.config import load_matrix
 from verl_e2e.errors import VerlE2EError, did_you_mean
 from verl_e2e.gate import PR_BRANCH
-from verl_e2e.github import GitHubClient
+from verl_e2e.github import GitHubClient, GitHubError
 
 COMMAND = "/verl-e2e"
 KEYS = ("level", "levels", "family", "model", "sha", "verl")
@@ -134,7 +134,7 @@ def from_push(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
         repo=repo,
         pr=number,
         head_sha=sha,
-        base_sha=pull["base"]["sha"],
+        base_sha=base_tip(client, repo, pull),
         fork=head_repo != repo,
         requested_by=event.get("sender", {}).get("login", ""),
         source="push",
@@ -221,12 +221,13 @@ def from_comment(event: Mapping[str, Any], client: GitHubClient) -> RunRequest |
     fork = (pull["head"].get("repo") or {}).get("full_name", "") != repo
     if fork and not command.sha:
         raise CommandError(
-            f"this pull request comes from a fork: name the commit you reviewed, e.g. `{COMMAND} sha={head}`"
+            f"this pull request comes from a fork: name the commit you reviewed, `{COMMAND} sha=<the full SHA you "
+            "reviewed>` (copy it from the commit you read, not from this reply)"
         )
     if command.sha and command.sha != head:
         raise CommandError(
             f"the PR head is now {head[:12]}, not the {command.sha[:12]} the comment names; "
-            f"check the new commits and comment again (`{COMMAND} sha={head}`)"
+            "review the new commits and comment again with the SHA you reviewed (`/verl-e2e sha=<full sha>`)"
         )
     return RunRequest(
         run=True,
@@ -235,7 +236,7 @@ def from_comment(event: Mapping[str, Any], client: GitHubClient) -> RunRequest |
         repo=repo,
         pr=number,
         head_sha=head,
-        base_sha=pull["base"]["sha"],
+        base_sha=base_tip(client, repo, pull),
         levels=command.levels,
         family=command.family,
         model=command.model,
@@ -283,7 +284,7 @@ def from_dispatch(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
             reason=f"manual dispatch of {sha[:12]} for PR #{inputs['pr']}",
             pr=int(inputs["pr"]),
             head_sha=sha,
-            base_sha=pull["base"]["sha"],
+            base_sha=base_tip(client, repo, pull),
             **common,
         )
     if sha:
@@ -302,3 +303,19 @@ def from_dispatch(event: Mapping[str, Any], client: GitHubClient) -> RunRequest:
     return RunRequest(
         run=True, plan=True, reason=f"manual dispatch on {ref}", head_sha=sha, base_sha=base["sha"], **common
     )
+
+
+def base_tip(client: GitHubClient, repo: str, pull: Mapping[str, Any]) -> str:
+    """The base branch's commit now, not the PR's recorded `base.sha` (which GitHub leaves where the PR
+    was last updated): a failure counts as pre-existing only where the merge base is this tip, so a PR
+    branched from an old broken commit meets current main before it is excused."""
+    base = pull["base"]
+    ref = str(base.get("ref") or "")
+    if ref and re.fullmatch(r"[A-Za-z0-9._/-]{1,200}", ref):
+        try:
+            sha = str(client.request("GET", f"/repos/{repo}/commits/{ref}").json().get("sha", ""))
+        except (GitHubError, ValueError, AttributeError):
+            sha = ""
+        if _VALUE["sha"].fullmatch(sha):
+            return sha
+    return str(base["sha"])
