@@ -176,17 +176,18 @@ def test_checks_not_allowed_fall_back_to_a_commit_status(gh) -> None:
     assert state.statuses == [
         {
             "sha": "c" * 40,
-            "state": "error",
+            "state": "failure",  # Blocked fails by default: a neutral (or error) state satisfies nothing
             "context": "verl-e2e",
             "description": "verl-e2e: Blocked (1 cell: 1 blocked)",
         }
     ]
 
 
-def test_blocked_is_neutral_unless_asked() -> None:
+def test_blocked_fails_unless_the_site_opts_for_neutral() -> None:
+    """A neutral check satisfies a required one, so Blocked fails by default."""
     ctx = Context(repo=REPO, sha="d" * 40)
-    assert check_run([verdict("a", "Blocked")], ctx)["conclusion"] == "neutral"
-    assert check_run([verdict("a", "Blocked")], ctx, blocked_fails=True)["conclusion"] == "failure"
+    assert check_run([verdict("a", "Blocked")], ctx)["conclusion"] == "failure"
+    assert check_run([verdict("a", "Blocked")], ctx, blocked_fails=False)["conclusion"] == "neutral"
     assert check_run([], ctx)["conclusion"] == "success"
 
 

@@ -22,6 +22,11 @@ APEX = "02-gradient-accumulation-fusion-needs-apex"  # Blocked, setup
 PASSED = "05-pass-level0-mcore-0.19-attention-auto"
 
 
+def _tested(run: Path) -> str:
+    """The Bridge commit a run dir recorded (the commit it tested)."""
+    return json.loads((run / "provenance.json").read_text())["bridge"]["full_commit"]
+
+
 def _copy(name: str, into: Path) -> Path:
     """A real run dir copied under `into` (judging writes its records), read in place otherwise.
 
@@ -102,8 +107,10 @@ def test_base_run_cache_keys_copies_plain_files_and_refuses_other_keys(tmp_path:
 
     run = _copy(TYPEERROR, tmp_path / "base")
     (run / "stolen").symlink_to("/etc/hostname")
-    fields = {"cell_id": "L0-lora-ddp-qwen", "merge_base": "b" * 40, "environment": "verl-e2e:abc", "runner": "gpu-2"}
+    merge_base = _tested(run)
+    fields = {"cell_id": "L0-lora-ddp-qwen", "merge_base": merge_base, "environment": "verl-e2e:abc", "runner": "gpu-2"}
     stored = basecache.store(tmp_path / "cache", fields, run)
+    assert stored is not None
     assert not (stored / "stolen").exists() and (stored / "run.log").is_file()
     assert basecache.lookup(tmp_path / "cache", fields) == stored
     assert basecache.lookup(tmp_path / "cache", fields | {"environment": "verl-e2e:other"}) is None
@@ -119,11 +126,12 @@ def test_base_run_command_takes_the_cached_result(tmp_path: Path, capsys: pytest
     pr_run = _copy(TYPEERROR, tmp_path / "runs")
     plan = tmp_path / "plan.json"
     cell = json.loads((pr_run / "cell.json").read_text())
-    plan.write_text(json.dumps({"cells": [cell], "context": {"merge_base": "b" * 40}}))
+    merge_base = _tested(pr_run)  # the shared runs all tested Bridge 067f987: it stands in for the merge base
+    plan.write_text(json.dumps({"cells": [cell], "context": {"merge_base": merge_base}}))
     verl = json.loads((pr_run / "provenance.json").read_text())["verl"]
     fields = {
         "cell_id": cell["id"],
-        "merge_base": "b" * 40,
+        "merge_base": merge_base,
         "environment": verl["full_commit"],
         "runner": ",".join(cell["runs_on"]),
     }
@@ -150,3 +158,37 @@ def test_base_run_command_takes_the_cached_result(tmp_path: Path, capsys: pytest
         "reason": "the merge base fails the same way",
         "base": f"base: Fail, model_build: {base.exception}",
     }
+
+
+def test_a_base_run_that_tested_another_commit_is_neither_kept_nor_used(tmp_path: Path) -> None:
+    """A runner that is not wiped may hold an older runs-base/<cell> or cache entry: it counts only if
+    its own provenance shows the merge base."""
+    from verl_e2e import basecache
+
+    run = _copy(TYPEERROR, tmp_path / "stale")
+    other = "c" * 40
+    fields = {"cell_id": "L0-lora-ddp-qwen", "merge_base": other, "environment": "verl-e2e:abc", "runner": "gpu-2"}
+    assert basecache.store(tmp_path / "cache", fields, run) is None
+    assert basecache.lookup(tmp_path / "cache", fields) is None
+    here = judge_run_dir(_copy(TYPEERROR, tmp_path / "here"))
+    result = compare(here, judge_run_dir(run), merge_base=other)
+    assert result is not None and result["outcome"] == "unknown"
+    assert f"not the merge base {other[:12]}" in result["reason"]
+
+
+def test_an_old_merge_base_does_not_excuse_a_failure(tmp_path: Path) -> None:
+    """A PR branched from an old broken commit fails the same way as that commit, but it never met the
+    base branch's tip: the failure counts against it, with a rebase hint."""
+    from verl_e2e.regression import counts_against_the_pr
+
+    here = judge_run_dir(_copy(TYPEERROR, tmp_path / "here"))
+    base = judge_run_dir(_copy(TYPEERROR, tmp_path / "base"))
+    merge_base = _tested(tmp_path / "base" / "L0-lora-ddp-qwen")
+    same = compare(here, base, merge_base=merge_base, base_tip=merge_base)
+    assert same is not None and same["outcome"] == "pre-existing"
+    behind = compare(here, base, merge_base=merge_base, base_tip="d" * 40)
+    assert behind is not None and behind["outcome"] == "behind" and "rebase" in behind["reason"]
+    from dataclasses import replace
+
+    assert counts_against_the_pr(replace(here, comparison=behind), pre_existing_fails=False)
+    assert not counts_against_the_pr(replace(here, comparison=same), pre_existing_fails=False)

@@ -120,7 +120,7 @@ def test_plan_takes_the_sites_runner_labels(subproc) -> None:
 
 def test_the_verl_ci_cache_layout_is_what_verls_runners_have(tmp_path: Path) -> None:
     paths = host_paths(tmp_path, "verl-ci")
-    assert paths["models"] == tmp_path / "models" and paths["datasets"] == tmp_path / "hf_data"
+    assert paths["models"] == tmp_path / "models" and paths["datasets"] == tmp_path / "models/hf_data"
     assert cell_env("verl-ci", "/cache/datasets") == {"VERL_E2E_GSM8K_RAW": "/cache/datasets/gsm8k"}
 
 
@@ -129,7 +129,7 @@ def test_prefetch_fills_the_verl_ci_layout(subproc, tmp_path: Path) -> None:
         "prefetch", "--dry-run", "--family", "qwen3", "--cache", str(tmp_path), "--cache-layout", "verl-ci"
     )
     assert result.code == 0, result.err
-    assert f"{tmp_path}/models/Qwen/Qwen3-0.6B" in result.out and f"{tmp_path}/hf_data/gsm8k " in result.out
+    assert f"{tmp_path}/models/Qwen/Qwen3-0.6B" in result.out and f"{tmp_path}/models/hf_data/gsm8k " in result.out
 
 
 def test_the_cell_finds_the_raw_dataset_where_the_layout_puts_it(tmp_path: Path) -> None:

@@ -162,11 +162,45 @@ def test_pyxis_jobs_mount_the_checkout_read_only_and_write_only_scratch(matrix, 
     mounts = next(a for a in srun if a.startswith("--container-mounts=")).split("=", 1)[1].split(",")
     assert f"{tmp_path / 'bridge'}:/workspace/Megatron-Bridge:ro" in mounts
     assert f"{tmp_path / 'cache/models'}:/cache/models:ro" in mounts
-    assert [m for m in mounts if not m.endswith(":ro")] == [
-        f"{scratch}:{scratch}",
-        f"{tmp_path / 'verl'}:/workspace/verl",
-    ]
+    assert [m for m in mounts if not m.endswith(":ro")] == [f"{scratch}:{scratch}"]  # verl is read-only too
+    assert f"{tmp_path / 'verl'}:/workspace/verl:ro" in mounts
     assert inner[:2] == ["python3", "/opt/verl-e2e/driver.py"] and "--map" not in inner
     assert inner[inner.index("--bridge") + 1] == "/workspace/Megatron-Bridge"
     assert inner[inner.index("--work") + 1] == f"{scratch}/work"
     assert any(a.startswith("--time=") for a in srun) and f"--gpus-per-node={cell.gpus}" in srun
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["--prolog=/tmp/x.sh", "--task-prolog=/tmp/x.sh", "--output=/tmp/o", "--container-mounts=/:/host", "--export=ALL"],
+)
+def test_site_srun_options_are_allowed_by_name(arg: str) -> None:
+    """Options that run a program, move output, mount or change the environment are never a site's to add."""
+    from verl_e2e.errors import UsageError
+    from verl_e2e.slurm import check_slurm_args
+
+    with pytest.raises(UsageError, match="not an option a site may add"):
+        check_slurm_args([arg])
+    assert check_slurm_args(["--qos=high", "--constraint=h100"]) == ["--qos=high", "--constraint=h100"]
+
+
+def test_the_job_step_exports_an_allow_list_not_the_runners_environment(matrix, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GITHUB_ENV", "/runner/_temp/_runner_file_commands/set_env")
+    monkeypatch.setenv("GITHUB_PATH", "/runner/_temp/_runner_file_commands/add_path")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth0")
+    cell = cell_for(matrix, 0)
+    opts = RunOptions(
+        cell_file=tmp_path / "cell.json",
+        bridge=tmp_path / "bridge",
+        out=tmp_path / "out",
+        backend="slurm",
+        verl=tmp_path / "verl",
+        env={"VERL_E2E_GSM8K_RAW": "/cache/datasets/gsm8k"},
+    )
+    cmd, env = srun_command(cell, opts, tmp_path / "scratch", "verl-e2e-x")
+    export = next(a for a in cmd if a.startswith("--export=")).split("=", 1)[1].split(",")
+    assert "--export=ALL" not in cmd
+    assert {"PATH", "NCCL_SOCKET_IFNAME", "VERL_E2E_GSM8K_RAW", "PYTHONUNBUFFERED"} <= set(export)
+    assert not {"GITHUB_ENV", "GITHUB_PATH", "AWS_SECRET_ACCESS_KEY"} & set(export)
+    assert "GITHUB_ENV" not in env and "GITHUB_PATH" not in env and "AWS_SECRET_ACCESS_KEY" not in env

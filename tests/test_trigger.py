@@ -130,7 +130,7 @@ def test_accepted_comment(examples: dict, spec: Spec) -> None:
     ("body", "fork", "message"),
     [
         (f"/verl-e2e sha={'3' * 40}", False, "the PR head is now 111111111111"),
-        ("/verl-e2e level=1", True, f"comes from a fork: name the commit you reviewed, e.g. `/verl-e2e sha={HEAD}`"),
+        ("/verl-e2e level=1", True, "comes from a fork: name the commit you reviewed, `/verl-e2e sha=<the full SHA you reviewed>`"),
         ("/verl-e2e level=9", False, "is not valid"),
     ],
     ids=["named-sha-is-stale", "fork-needs-sha", "malformed-from-a-writer"],

@@ -25,6 +25,7 @@ import docker.errors
 import docker.types
 import requests
 
+from verl_e2e.cachelayout import cache_mounts
 from verl_e2e.cells import Cell
 from verl_e2e.errors import UsageError
 from verl_e2e.resources import containers_dir
@@ -153,10 +154,8 @@ def container_spec(opts: RunOptions, gpus: list[str] | int | None, scratch: Path
         (str(containers_dir()), DRIVER_MOUNT, True),
         (str(scratch or opts.out), RUN_MOUNT, False),
     ]
-    for name, host_path in sorted(opts.cache.items()):
-        target = opts.container_paths.get(name)
-        if target:
-            mounts.append((str(host_path), target, True))  # PR code must not poison a later run's cache
+    for host_path, target in cache_mounts(opts.cache, opts.container_paths):
+        mounts.append((host_path, target, True))  # PR code must not poison a later run's cache
     environment = {k: os.environ[k] for k in PASS_THROUGH if k in os.environ}
     environment |= {
         "HOME": "/tmp",
@@ -305,6 +304,9 @@ def _start_problem(exc: Exception, spec: ContainerSpec) -> str:
     return f"the container could not start: {text.strip()[-200:]}"
 
 
+RUNNER_ONLY = ("GITHUB_", "ACTIONS_", "RUNNER_")
+
+
 def local_command(cell: Cell, opts: RunOptions, scratch: Path) -> tuple[list[str], dict[str, str]]:
     """The driver command and environment of the local backend (the Slurm backend runs the same one)."""
     if opts.verl is None:
@@ -326,7 +328,9 @@ def local_command(cell: Cell, opts: RunOptions, scratch: Path) -> tuple[list[str
     ]
     for m in maps:
         cmd += ["--map", m]
-    env = {k: v for k, v in os.environ.items() if not SECRET_LIKE.search(k)} | dict(opts.env)
+    # never the runner's tokens, nor GitHub's GITHUB_ENV/GITHUB_PATH files (they steer later steps)
+    env = {k: v for k, v in os.environ.items() if not SECRET_LIKE.search(k) and not k.startswith(RUNNER_ONLY)}
+    env |= dict(opts.env)
     env["PYTHONUNBUFFERED"] = "1"
     if isinstance(devices, list):  # named devices: the run (and every Ray worker) sees only these
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)

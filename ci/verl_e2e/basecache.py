@@ -44,14 +44,26 @@ def _copy(src: Path, dst: Path) -> None:
             safefs.copy_out(src, dst, [item.name])
 
 
+def tested(run_dir: Path) -> str:
+    """The Bridge commit a run dir's provenance says it tested ("" when it says none)."""
+    try:
+        provenance = json.loads(safefs.read_text(run_dir / "provenance.json"))
+    except (OSError, ValueError, safefs.UnsafeFileError):
+        return ""
+    bridge = provenance.get("bridge") if isinstance(provenance, dict) else None
+    return str(bridge.get("full_commit") or "") if isinstance(bridge, dict) else ""
+
+
 def lookup(root: Path, fields: Mapping[str, str]) -> Path | None:
-    """The cached run dir for exactly these fields, or None."""
+    """The cached run dir for exactly these fields whose provenance shows the merge base, or None."""
     path = entry(root, fields)
     try:
         stored = json.loads(safefs.read_text(path / "key.json"))
     except (OSError, ValueError, safefs.UnsafeFileError):
         return None
-    return path if stored == {f: fields[f] for f in FIELDS} and (path / "cell.json").is_file() else None
+    if stored != {f: fields[f] for f in FIELDS} or not (path / "cell.json").is_file():
+        return None
+    return path if tested(path) == fields["merge_base"] else None
 
 
 def fetch(root: Path, fields: Mapping[str, str], out: Path) -> Path | None:
@@ -65,8 +77,11 @@ def fetch(root: Path, fields: Mapping[str, str], out: Path) -> Path | None:
     return out
 
 
-def store(root: Path, fields: Mapping[str, str], run_dir: Path) -> Path:
-    """Keep a base run dir under its key (replacing an older one atomically)."""
+def store(root: Path, fields: Mapping[str, str], run_dir: Path) -> Path | None:
+    """Keep a base run dir under its key (replacing an older one atomically); None, and nothing kept,
+    when the run dir did not test the merge base itself."""
+    if tested(run_dir) != fields["merge_base"]:
+        return None
     path = entry(root, fields)
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -5,7 +5,11 @@ model, Ray, vLLM, dependencies, disk or the cluster is Blocked (setup), not evid
 provider. So the class is read in this order:
   1. a signature that matches the root exception itself (APEX, attention backend, OOM, NCCL, ...);
   2. a missing module anywhere on the root path is the environment (setup);
-  3. any other environment or resource signature seen in the log (Ray GCS, disk, OOM killer);
+  3. any other environment or resource signature seen in the log (Ray GCS, disk, OOM killer), unless
+     the root exception is a real one raised in a frame with a known role (a line from a cleanup
+     elsewhere in the log must not turn a provider's TypeError into Blocked); a messenger exception
+     (an actor that died, a child process that failed) names no cause of its own, so the log's
+     signature still does;
   4. the innermost verl/Bridge frame of the root traceback with a known role: checkpoint save,
      checkpoint load, model/provider construction (incl. LoRA wrapping), configuration, data,
      tokenizer, rollout engine start, or a training step;
@@ -93,6 +97,20 @@ CONFIG_TYPES = frozenset(
         "OverrideParseException",
     }
 )
+# exceptions that only report another process's end: the cause is elsewhere in the log
+MESSENGERS = frozenset(
+    {
+        "ActorDiedError",
+        "RayActorError",
+        "ActorUnavailableError",
+        "WorkerCrashedError",
+        "RaySystemError",
+        "ChildFailedError",
+        "SystemExit",
+        "KeyboardInterrupt",
+        "OutOfMemoryError",
+    }
+)
 MISSING_MODULE = re.compile(r"No module named|cannot open shared object file|undefined symbol")
 SETUP_ROLES = {
     "config": "the configuration was rejected",
@@ -166,12 +184,13 @@ def classify(
             return sig.failure_class, sig.name, text[:500], sig.hint
     if exception and (exception["type"] == "ModuleNotFoundError" or MISSING_MODULE.search(exception["message"])):
         return "setup", None, None, HINTS["missing"]  # 2.
-    for sig in signatures:  # 3.
+    role = root_role(root)
+    messenger = exception is None or exception["type"] in MESSENGERS or role is None
+    for sig in signatures if messenger else ():  # 3.
         if sig.failure_class != "runtime" and sig.name in hits:
             return sig.failure_class, sig.name, hits[sig.name], sig.hint
     if interrupted and exception is None:
         return "interrupted", None, None, "the run was interrupted (Ctrl-C or a cancelled job); rerun it"
-    role = root_role(root)
     if exception is not None or root is not None or failed:
         return _by_role(role, exception)
     weak = [s for s in signatures if s.failure_class == "runtime" and s.name in hits]

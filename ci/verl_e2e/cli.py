@@ -29,7 +29,7 @@ from verl_e2e.diffs import read_diff
 from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
 from verl_e2e.errors import UsageError, VerlE2EError
 from verl_e2e.examples import EXAMPLES
-from verl_e2e.gitchanges import changes_from_git
+from verl_e2e.gitchanges import changes_from_git, resolve_commit
 from verl_e2e.plan import Plan, render_json, render_text, write_github
 from verl_e2e.select import select
 
@@ -201,6 +201,7 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
         return files, {
             "source": "git",
             "merge_base": merge_base,
+            "base": resolve_commit(args.repo, args.base),  # the base branch's tip as the trigger saw it
             "head": head,
             "summary": f"{len(files)} changed file(s) at {head[:12]} against merge base {merge_base[:12]}",
         }
@@ -293,6 +294,8 @@ def main(
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
+        if args.command in ("run-cell", "run", "base-run"):
+            cli_run.require_container_in_actions(args, env)
         if args.command == "plan":
             return _cmd_plan(args, env, stdin, stdout)
         if args.command == "validate":

@@ -196,7 +196,8 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
     )
     if args.baseline is not None:
         base = {v.cell_id: v for v in collect([args.baseline], say, allow_empty=True)}
-        verdicts = annotate(verdicts, base)
+        context = plan.get("context") or {}
+        verdicts = annotate(verdicts, base, str(context.get("merge_base") or ""), str(context.get("base") or ""))
     publishing = (args.comment and args.pr is not None) or args.check
     repo = _repo(args, env) if publishing or args.repo else ""
     ctx = Context(

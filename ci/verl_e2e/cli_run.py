@@ -170,6 +170,21 @@ def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> N
     p.add_argument("--matrix", metavar="PATH")
 
 
+def require_container_in_actions(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """In GitHub Actions a cell runs only in a container. As the runner's own user (the local backend,
+    or Slurm without pyxis) PR code could write the runner's cache (a base-run entry that makes its own
+    failure read "pre-existing"), rewrite its run dir after the host judged it, and reach the step's
+    GITHUB_ENV / GITHUB_PATH files that steer every later step of the job."""
+    if env.get("GITHUB_ACTIONS") != "true" or getattr(args, "dry_run", False):
+        return
+    if args.backend == "local" or (args.backend == "slurm" and not args.slurm_container):
+        how = "--backend local" if args.backend == "local" else "--backend slurm without --slurm-container"
+        raise UsageError(
+            f"{args.command}: {how} runs PR code as the runner's user, which GitHub Actions jobs never do; "
+            "use --backend docker, or --backend slurm --slurm-container IMAGE (pyxis)"
+        )
+
+
 def _cells_from(path: Path, cell_id: str | None) -> Cell:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -80,6 +80,20 @@ def tested_another_commit(v: Verdict, head_sha: str) -> Verdict:
     )
 
 
+def claimed_twice(first: Verdict, cell: Cell | None) -> Verdict:
+    """Two run dirs for one cell id: a job uploads exactly one, so one of them is not this run's."""
+    reason = "two run dirs claim this cell (a job uploads exactly one); neither is evidence"
+    return replace(
+        first,
+        result="Fail",
+        headline=f"Fail - Level {first.level} ({first.variant}) of {first.model}: {reason}",
+        failure_class="harness",
+        key_lines=[reason],
+        limitations=list(cell.limitations) if cell is not None else first.limitations,
+        follow_ups=["rerun the workflow; check that no step adds a run dir of its own"],
+    )
+
+
 def collect(
     paths: Sequence[Path],
     say: Callable[[str], None] = print,
@@ -93,6 +107,7 @@ def collect(
     """One verdict per planned cell (or per run dir found, without a plan), sorted by cell id."""
     cells = {c.id: c for c in (cell_from_json(dict(item)) for item in planned or [])}
     verdicts: dict[str, Verdict] = {}
+    doubled: set[str] = set()
     for run in _run_dirs(paths, allow_empty or planned is not None):
         try:
             cell_id = load_run_dir(run).cell.id
@@ -102,8 +117,9 @@ def collect(
         if planned is not None and cell_id not in cells:
             say(f"{run}: cell {cell_id} is not in this run's plan; ignored (a stale or foreign run dir)")
             continue
-        if cell_id in verdicts:
-            say(f"{run}: a second run dir for {cell_id}; the first one found is reported")
+        if cell_id in verdicts or cell_id in doubled:
+            say(f"{run}: a second run dir for {cell_id}; neither is trusted, the cell is reported as a Fail")
+            doubled.add(cell_id)
             continue
         verdict = judge_run_dir(run, cell=cells.get(cell_id))
         tested = str((verdict.repos.get("bridge") or {}).get("full_commit", ""))
@@ -111,6 +127,8 @@ def collect(
             say(f"{run}: tested Bridge {tested[:12]}, not {head_sha[:12]}; reported as a Fail")
             verdict = tested_another_commit(verdict, head_sha)
         verdicts[cell_id] = verdict
+    for cell_id in doubled:
+        verdicts[cell_id] = claimed_twice(verdicts.pop(cell_id), cells.get(cell_id))
     for cell_id, cell in cells.items():
         if cell_id not in verdicts:
             say(f"{cell_id}: planned, but no run dir was found; reported as did not report")

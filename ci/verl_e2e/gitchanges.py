@@ -69,6 +69,11 @@ def _blobs(repo: Path, specs: list[str]) -> dict[str, bytes | None]:
     return result
 
 
+def resolve_commit(repo_path: str, rev: str) -> str:
+    """The full SHA `rev` names in the checkout (the base as given, to tell whether it is the merge base)."""
+    return _resolve(Path(repo_path), rev, "--base").strip()
+
+
 def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[ChangedFile], str, str]:
     """Diff `head` against its merge base with `base`; return (files, merge_base, head_sha)."""
     repo = Path(repo_path)

@@ -8,7 +8,11 @@ two runs are not the same experiment and the answer is "unknown"). Outcomes:
 * pre-existing: the base failed the same way (same failure class and the same first exception, with
   numbers and addresses masked), so the PR is not to blame;
 * changed: the base failed differently;
-* unknown: there is no base result (or not a comparable one).
+* unknown: there is no base result (or not a comparable one);
+* behind: the merge base fails the same way, but it is not the base branch's tip (the PR branched
+  from an older commit): it has never met current main, so nothing excuses it; rebase and rerun.
+A base result counts only if its provenance shows it tested the merge base itself (a run dir left
+by an older run on a runner that is not wiped tested some other commit).
 Pure; base verdicts come from run dirs that were re-judged, never from a stored verdict.json.
 """
 
@@ -21,12 +25,13 @@ from typing import Literal
 
 from verl_e2e.verdict import Verdict
 
-Outcome = Literal["new", "pre-existing", "changed", "unknown"]
+Outcome = Literal["new", "pre-existing", "changed", "unknown", "behind"]
 SAYS = {
     "new": "new in this PR",
     "pre-existing": "already failing on the merge base",
     "changed": "changed failure (the merge base failed differently)",
     "unknown": "unknown (no comparable result on the merge base)",
+    "behind": "failing on an old merge base (not the base branch's tip): rebase and rerun",
 }
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d+(?:\.\d+)?\b|/tmp/\S+|pid=\d+")
 
@@ -53,14 +58,21 @@ def _same_failure(a: Verdict, b: Verdict) -> bool:
     return a.failure_class == b.failure_class and first(a) == first(b)
 
 
-def compare(v: Verdict, base: Verdict | None) -> dict[str, str] | None:
-    """The comparison of a failed or blocked cell with its merge-base run; None for a Pass."""
+def compare(v: Verdict, base: Verdict | None, merge_base: str = "", base_tip: str = "") -> dict[str, str] | None:
+    """The comparison of a failed or blocked cell with its merge-base run; None for a Pass.
+
+    `merge_base`: the commit the base run must have tested; `base_tip`: the base branch's tip, where
+    known (a failure is pre-existing only when the merge base is that tip)."""
     if v.result == "Pass":
         return None
     if base is None:
         return {"outcome": "unknown", "reason": "no result for this cell on the merge base"}
     if base.cell_id != v.cell_id:
         return {"outcome": "unknown", "reason": f"the base result is for {base.cell_id}, not {v.cell_id}"}
+    tested = str((base.repos.get("bridge") or {}).get("full_commit") or "")
+    if merge_base and tested != merge_base:
+        what = f"Bridge {tested[:12]}" if tested else "no recorded Bridge commit"
+        return {"outcome": "unknown", "reason": f"the base run tested {what}, not the merge base {merge_base[:12]}"}
     here, there = _key(v), _key(base)
     differs = [k for k in here if here[k] and there[k] and here[k] != there[k]]
     if differs:
@@ -69,13 +81,21 @@ def compare(v: Verdict, base: Verdict | None) -> dict[str, str] | None:
     if base.result == "Pass":
         return {"outcome": "new", "reason": "the merge base passed this cell", "base": shown}
     if _same_failure(v, base):
+        if merge_base and base_tip and merge_base != base_tip:
+            reason = (
+                f"the merge base {merge_base[:12]} fails the same way, but the base branch is now at "
+                f"{base_tip[:12]}: rebase onto it so the change meets current main"
+            )
+            return {"outcome": "behind", "reason": reason, "base": shown}
         return {"outcome": "pre-existing", "reason": "the merge base fails the same way", "base": shown}
     return {"outcome": "changed", "reason": "the merge base fails differently", "base": shown}
 
 
-def annotate(verdicts: Sequence[Verdict], base: Mapping[str, Verdict]) -> list[Verdict]:
+def annotate(
+    verdicts: Sequence[Verdict], base: Mapping[str, Verdict], merge_base: str = "", base_tip: str = ""
+) -> list[Verdict]:
     """Each verdict with its comparison against the base verdict of the same cell id."""
-    return [replace(v, comparison=compare(v, base.get(v.cell_id))) for v in verdicts]
+    return [replace(v, comparison=compare(v, base.get(v.cell_id), merge_base, base_tip)) for v in verdicts]
 
 
 def counts_against_the_pr(v: Verdict, pre_existing_fails: bool) -> bool:

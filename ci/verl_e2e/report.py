@@ -93,8 +93,11 @@ def md(text: object) -> str:
     return str(text).translate(_MD).strip()
 
 
-def _cell_text(text: str) -> str:
-    return md(text)
+def code(text: object) -> str:
+    """Log-derived text as a code span: no link, mention, emphasis, emoji or `owner/repo#N` renders in
+    it (a pipe stays escaped, as GitHub's tables need even inside a span); "" stays empty."""
+    inner = str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ").replace("\r", " ").strip()
+    return f"`{inner}`" if inner else ""
 
 
 def key_line(v: Verdict) -> str:
@@ -129,7 +132,7 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     if ctx.artifacts_url:
         links.append(f"[run dirs]({ctx.artifacts_url})")
     if ctx.job_failures:
-        where.append("Workflow jobs that did not finish: " + ", ".join(md(j) for j in ctx.job_failures))
+        where.append("Workflow jobs that did not finish: " + ", ".join(code(j) for j in ctx.job_failures))
     line = ". ".join(where) + ("." if where else "")
     if links:
         line += (" " if line else "") + " · ".join(links)
@@ -142,9 +145,9 @@ def _ran_with(verdicts: Sequence[Verdict]) -> str:
     images = sorted({image_line(v.repos) for v in verdicts if v.repos})
     parts = []
     if verl:
-        parts.append("verl " + ", ".join(f"`{_cell_text(c)}`" for c in verl))
+        parts.append("verl " + ", ".join(code(c) for c in verl))
     if images:
-        parts.append("image " + ", ".join(f"`{_cell_text(i)}`" for i in images))
+        parts.append("image " + ", ".join(code(i) for i in images))
     return "Ran with " + "; ".join(parts) if parts else ""
 
 
@@ -159,7 +162,7 @@ def table(verdicts: Sequence[Verdict]) -> list[str]:
         rows.append(
             f"| `{md(v.cell_id)}` | {v.level} | {md(v.variant)} | `{md(v.model)}` "
             f"| {ICON.get(v.result, '')} {v.result} "
-            f"| {_duration(v.duration_s)} | {_cell_text(key_line(v))} |"
+            f"| {_duration(v.duration_s)} | {code(key_line(v))} |"
         )
     return rows
 

@@ -23,17 +23,34 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from verl_e2e.backends import Cancellation, Streamer, deadline, local_command
+from verl_e2e.cachelayout import cache_mounts
 from verl_e2e.cells import Cell
 from verl_e2e.errors import UsageError
 from verl_e2e.resources import containers_dir
-from verl_e2e.runopts import STOP_GRACE_S, RunOptions
+from verl_e2e.runopts import PASS_THROUGH, SECRET_LIKE, STOP_GRACE_S, RunOptions
 
 IN_CONTAINER = {"bridge": "/workspace/Megatron-Bridge", "verl": "/workspace/verl", "driver": "/opt/verl-e2e"}
 SAFE_ARG = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=/@+-]*)?")  # one srun option, no shell in it
+# srun options a site may add, by name: scheduling only. Never one that runs a program (--prolog,
+# --task-prolog, --epilog), moves output (--output, --error, --input), mounts (--container-*), changes
+# who or where (--uid, --chdir) or the environment (--export, --get-user-env).
+SITE_OPTIONS = frozenset(
+    {
+        "--qos", "--constraint", "--reservation", "--exclusive", "--gres", "--mem", "--mem-per-gpu",
+        "--mem-per-cpu", "--cpus-per-task", "--cpus-per-gpu", "--gpus-per-task", "--nodelist", "--exclude",
+        "--comment", "--wckey", "--gpu-bind", "--cpu-bind", "--hint", "--mpi", "--network", "--switches",
+        "--distribution", "--overcommit", "--oversubscribe", "--priority", "--nice", "--clusters",
+    }
+)  # fmt: skip
+# what the job step's environment may carry (srun --export=<names>: only these and SLURM_*), never
+# the runner's tokens or GitHub's GITHUB_ENV / GITHUB_PATH files
+EXPORT_NAMES = frozenset({"PATH", "HOME", "USER", "LANG", "TZ", "TMPDIR", "TERM", "LD_LIBRARY_PATH", "PYTHONPATH"})
+EXPORT_PREFIXES = ("CUDA_", "NCCL_", "HF_", "VERL_", "TRANSFORMERS_", "RAY_", "PYTHON", "LC_", "NVIDIA_")
 TIME_LIMIT = re.compile(r"DUE TO TIME LIMIT|CANCELLED .* DUE TO TIME")
 # srun's own refusals (bad partition, no such account, unsatisfiable request), not a task's exit status
 SUBMIT_ERROR = re.compile(r"^srun: error: (?!.*\btask \d+: )(.*)$", re.MULTILINE)
@@ -47,7 +64,23 @@ def check_slurm_args(args: list[str]) -> list[str]:
                 f"--slurm-arg {arg!r}: not one srun option; pass options such as --qos=high or "
                 "--constraint=h100, one per --slurm-arg"
             )
+        name = arg.split("=", 1)[0]
+        if name not in SITE_OPTIONS:
+            raise UsageError(
+                f"--slurm-arg {name}: not an option a site may add (scheduling options only, e.g. --qos, "
+                f"--constraint, --reservation, --gres); the cell's own srun line sets the rest"
+            )
     return args
+
+
+def exported(env: dict[str, str], cell_env: Iterable[str]) -> str:
+    """srun's --export value: the allowed names present in `env`, plus the cell's own variables."""
+    names = sorted(
+        k
+        for k in env
+        if (k in EXPORT_NAMES or k.startswith(EXPORT_PREFIXES) or k in cell_env) and not SECRET_LIKE.search(k)
+    )
+    return ",".join(names) or "NONE"
 
 
 def _tool(name: str) -> str:
@@ -64,8 +97,8 @@ def _mounts(opts: RunOptions, scratch: Path) -> str:
         f"{containers_dir()}:{IN_CONTAINER['driver']}:ro",
     ]
     if opts.verl is not None:
-        pairs.append(f"{opts.verl}:{IN_CONTAINER['verl']}")
-    pairs += [f"{v}:{opts.container_paths[k]}:ro" for k, v in opts.cache.items() if k in opts.container_paths]
+        pairs.append(f"{opts.verl}:{IN_CONTAINER['verl']}:ro")  # PR code must not rewrite the verl it runs
+    pairs += [f"{host}:{target}:ro" for host, target in cache_mounts(opts.cache, opts.container_paths)]
     return ",".join(pairs)
 
 
@@ -102,7 +135,7 @@ def srun_command(cell: Cell, opts: RunOptions, scratch: Path, job_name: str) -> 
         f"--time={minutes}",
         "--unbuffered",
         "--kill-on-bad-exit=1",
-        "--export=ALL",
+        f"--export={exported(env, {*opts.env, *PASS_THROUGH, 'PYTHONUNBUFFERED'})}",
     ]
     if opts.gpus != "none" and cell.gpus:
         srun.append(f"--gpus-per-node={cell.gpus}")

@@ -135,6 +135,10 @@ def _outcome(  # noqa: PLR0917 - one call site, every argument a different recor
         return _Outcome("Blocked", reason, failure_class, failed_phase)
     if any(c.result == "Fail" for c in checks) or failure_class != "none":
         return _Outcome("Fail", "", failure_class, failed_phase)
+    host_exit = provenance.get("host_exit_code")
+    if isinstance(host_exit, int) and host_exit != 0:  # the host's own word outranks records from inside the cell
+        reason = f"the cell's process exited {host_exit} on the host, though its own records read as a pass"
+        return _Outcome("Fail", reason, "harness", None)
     return _Outcome("Pass", "", failure_class, failed_phase)
 
 
