@@ -25,6 +25,8 @@ from verl_e2e.image import ImageInputs, ensure_image, verl_commit
 
 from .conftest import ROOT, engine_missing
 from .github_server import Spec, serve
+from .oidc_server import TOKEN as OIDC_TOKEN
+from .oidc_server import claims_for, serve_oidc
 from .test_containers import BASE, WHEELS
 
 ACT = Path(sys.executable).parent / "act"
@@ -179,15 +181,21 @@ def run_act(
         cmd += ["--local-repository", f"{pin}={world['actions'] / name}"]
     cmd += ["--local-repository", f"verl-e2e/verl-e2e@{world['here']}={ROOT}"]
     path_env = f"{world['venv'] / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    for key, value in (
-        ("GIT_CONFIG_GLOBAL", world["gitconfig"]),
-        ("PATH", path_env),
-        ("ACT_ARTIFACTS", artifacts),
-        ("ACT_LOCAL_REPOS", world["root"] / "repos"),
-        ("GITHUB_API_URL", api),
-    ):
-        cmd += ["--env", f"{key}={value}"]
-    proc = subprocess.run(cmd, cwd=world["bridge"], capture_output=True, text=True, timeout=1500, check=False)
+    # act has no OIDC provider: the stand-in names the reusable workflow at the pinned commit, as
+    # GitHub's token does for a job of `verl-e2e/verl-e2e/.github/workflows/<file>@<sha>`
+    claims = claims_for("verl-e2e.yml", "verl-e2e/verl-e2e", world["here"])
+    with serve_oidc(claims) as oidc:
+        for key, value in (
+            ("GIT_CONFIG_GLOBAL", world["gitconfig"]),
+            ("PATH", path_env),
+            ("ACT_ARTIFACTS", artifacts),
+            ("ACT_LOCAL_REPOS", world["root"] / "repos"),
+            ("GITHUB_API_URL", api),
+            ("ACTIONS_ID_TOKEN_REQUEST_URL", oidc),
+            ("ACTIONS_ID_TOKEN_REQUEST_TOKEN", OIDC_TOKEN),
+        ):
+            cmd += ["--env", f"{key}={value}"]
+        proc = subprocess.run(cmd, cwd=world["bridge"], capture_output=True, text=True, timeout=1500, check=False)
     (world["root"] / f"{event_name}.act.log").write_text(proc.stdout + proc.stderr)  # the whole run, to read
     return proc
 
@@ -238,7 +246,7 @@ def test_copy_pr_bot_push_runs_gate_plan_image_cell_report(world: dict) -> None:
         (comment,) = state.comments[7]
         assert "✅ verl-e2e: Pass (1 cell: 1 pass)" in comment["body"] and "L0-lora-ddp-qwen3" in comment["body"]
         assert state.check_runs[0]["conclusion"] == "success" and state.check_runs[0]["head_sha"] == world["head"]
-    run_dir = world["root"] / "artifacts/verl-e2e-run-L0-lora-ddp-qwen3/runs/L0-lora-ddp-qwen3"
+    run_dir = world["root"] / "artifacts/verl-e2e-run-L0-lora-ddp-qwen3"  # only runs/<cell id>, at the root
     assert json.loads((run_dir / "verdict.json").read_text())["result"] == "Pass"
     assert (run_dir / "run.log").is_file() and (world["root"] / "artifacts/verl-e2e-junit/verl-e2e-junit.xml").is_file()
     plan = json.loads((world["root"] / "artifacts/verl-e2e-plan/plan.json").read_text())
@@ -271,6 +279,50 @@ def test_a_fork_that_edits_the_caller_is_stopped_by_the_gate(world: dict) -> Non
             assert state.comments == {} and state.check_runs == []
     finally:
         forked.unlink()
+
+
+def test_a_fork_caller_that_names_its_own_package_installs_only_the_pinned_one(world: dict) -> None:
+    """The critical attack: a fork's caller (on pull_request it is the PR's own file) points the
+    package at its own repository, whose `verl-e2e gate` says yes and whose `run-cell` would run on the
+    GPU hosts. The reusable workflow takes no such input and installs only its own commit (OIDC
+    claims), so the pinned gate refuses the fork and the fork's package never runs."""
+    evil = world["root"] / "repos/evil/verl-e2e"
+    marker = world["root"] / "evil-package-ran"
+    (evil / "evil_e2e").mkdir(parents=True, exist_ok=True)
+    (evil / "evil_e2e/__init__.py").write_text(
+        f"import pathlib, sys\ndef main():\n    pathlib.Path({str(marker)!r}).write_text(' '.join(sys.argv))\n"
+    )
+    (evil / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "verl-e2e"\nversion = "9.9.9"\n[project.scripts]\nverl-e2e = "evil_e2e:main"\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["evil_e2e"]\n'
+    )
+    git(evil, "init", "-q")
+    git(evil, "add", "-A")
+    git(evil, "commit", "-qm", "evil")
+    evil_sha = git(evil, "rev-parse", "HEAD")
+    config = world["gitconfig"].read_text()
+    world["gitconfig"].write_text(config + f'[url "file://{evil}"]\n\tinsteadOf = https://github.com/evil/verl-e2e\n')
+    caller = world["bridge"] / ".github/workflows/verl-e2e-pr.yml"
+    forked = world["bridge"] / ".github/workflows/verl-e2e-pr-forked.yml"
+    text = caller.read_text().replace("    if: needs.trigger.outputs.run == 'true'\n", "")
+    text = text.replace(
+        "      same_repo_prs: false\n",
+        f"      same_repo_prs: true\n      verl_e2e_repository: evil/verl-e2e\n      verl_e2e_ref: {evil_sha}\n",
+    )
+    assert "verl_e2e_repository: evil/verl-e2e" in text
+    forked.write_text(text.replace("name: verl-e2e PR", "name: verl-e2e PR (edited by a fork)"))
+    try:
+        with serve(Spec()) as (api, state):
+            proc = run_act(world, "pull_request", "verl-e2e-pr-forked.yml", pr_event(world, fork=True), api)
+            done = jobs(proc)
+            assert not marker.exists(), f"the fork's package ran: {marker.read_text()}"
+            assert done.get("gate") in (None, "failed"), done
+            assert not {"plan", "image", "report"} & set(done) and not any(k.startswith("L") for k in done), done
+            assert state.comments == {} and state.check_runs == []
+    finally:
+        forked.unlink()
+        world["gitconfig"].write_text(config)
 
 
 def test_fork_pull_request_only_plans(world: dict) -> None:
@@ -429,7 +481,7 @@ def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, m
             assert "already failing on the merge base" in comment["body"], comment["body"][:3000]
             assert state.check_runs[0]["conclusion"] == "neutral"
             assert state.violations == []
-        base_dir = world["root"] / f"artifacts/verl-e2e-base-{cell.id}/runs-base/{cell.id}"
+        base_dir = world["root"] / f"artifacts/verl-e2e-base-{cell.id}"
         assert (base_dir / "run.log").is_file()
     finally:
         install(world["bridge"], world["site"])

@@ -3,15 +3,12 @@ test_act.py; the static workflow checks are in test_workflows.py)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ from verl_e2e.runopts import RunOptions
 
 from . import verl_log as V
 from .conftest import ROOT
+from .oidc_server import TOKEN, serve_oidc
 from .rundirs import cell_for, write_run_dir
 
 VERL = "/workspace/verl/verl"
@@ -41,32 +39,9 @@ def _self_step(workflow: str) -> str:
 
 @pytest.fixture
 def oidc() -> Iterator[tuple[str, dict]]:
-    """A stand-in for GitHub's OIDC token endpoint (ACTIONS_ID_TOKEN_REQUEST_URL): it answers
-    `{"value": <JWT>}` for the bearer token the runner hands the job, as the real one does."""
     claims: dict = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.headers.get("Authorization") != "bearer job-token" or "audience=verl-e2e" not in self.path:
-                self.send_response(401)
-                self.end_headers()
-                return
-            part = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
-            body = json.dumps({"value": f"eyJhbGciOiJSUzI1NiJ9.{part}.c2ln"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            return
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/token?api-version=2.0", claims
-    finally:
-        server.shutdown()
+    with serve_oidc(claims) as url:
+        yield url, claims
 
 
 def _run_self(script: str, tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], str]:
@@ -91,7 +66,7 @@ def test_the_package_comes_from_the_workflows_own_commit(workflow: str, oidc, tm
         "job_workflow_sha": sha,
         "workflow_ref": "someone/Megatron-Bridge/.github/workflows/verl-e2e-pr.yml@refs/pull/7/merge",
     }
-    env = {"ACTIONS_ID_TOKEN_REQUEST_URL": url, "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "job-token"}
+    env = {"ACTIONS_ID_TOKEN_REQUEST_URL": url, "ACTIONS_ID_TOKEN_REQUEST_TOKEN": TOKEN}
     proc, outputs = _run_self(_self_step(workflow), tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     assert outputs.splitlines() == ["repository=verl-e2e/verl-e2e", f"sha={sha}"]
@@ -106,7 +81,7 @@ def test_no_oidc_token_installs_nothing(tmp_path: Path) -> None:
 def test_a_token_naming_no_workflow_commit_installs_nothing(oidc, tmp_path: Path) -> None:
     url, claims = oidc
     claims |= {"job_workflow_ref": "x/y/.github/workflows/verl-e2e.yml@main", "job_workflow_sha": "main"}
-    env = {"ACTIONS_ID_TOKEN_REQUEST_URL": url, "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "job-token"}
+    env = {"ACTIONS_ID_TOKEN_REQUEST_URL": url, "ACTIONS_ID_TOKEN_REQUEST_TOKEN": TOKEN}
     proc, outputs = _run_self(_self_step("verl-e2e.yml"), tmp_path, env)
     assert proc.returncode != 0 and "names no reusable workflow commit" in proc.stderr and outputs == ""
 

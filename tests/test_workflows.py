@@ -161,7 +161,7 @@ def test_every_job_of_the_reusable_workflow_waits_for_the_gate() -> None:
     """The guard a fork cannot edit: a GitHub-hosted gate job first, reading only GitHub's context."""
     jobs = _load(ROOT / ".github/workflows/verl-e2e.yml")["jobs"]
     gate = jobs["gate"]
-    assert gate["runs-on"] == "ubuntu-latest" and gate["permissions"] == {} and "needs" not in gate
+    assert gate["runs-on"] == "ubuntu-latest" and gate["permissions"] == {"id-token": "write"} and "needs" not in gate
     env = gate["steps"][-1]["env"]
     assert env["EVENT_NAME"] == "${{ github.event_name }}" and env["REPOSITORY"] == "${{ github.repository }}"
     assert env["PR_HEAD_REPOSITORY"] == "${{ github.event.pull_request.head.repo.full_name }}"
@@ -187,3 +187,47 @@ def test_installer_refuses_a_moving_ref(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode != 0 and "full 40-character commit SHA" in proc.stderr
+
+
+PR_GUARD = (
+    "github.event_name != 'pull_request_target' && (github.event_name != 'pull_request' || "
+    "github.event.pull_request.head.repo.full_name == github.repository)"
+)
+WARMUP_GUARD = (
+    "github.event_name == 'schedule' || (github.event_name == 'workflow_dispatch' && "
+    "github.ref == format('refs/heads/{0}', github.event.repository.default_branch))"
+)
+
+
+@pytest.mark.parametrize(("name", "guard"), [("verl-e2e.yml", PR_GUARD), ("verl-e2e-warmup.yml", WARMUP_GUARD)])
+def test_every_self_hosted_job_carries_its_own_event_condition(name: str, guard: str) -> None:
+    """Evaluated from this pinned file, so an edited caller cannot lift it."""
+    doc = _load(ROOT / ".github/workflows" / name)
+    hosted = {job_id for job_id, job in doc["jobs"].items() if job.get("runs-on") == "ubuntu-latest"}
+    self_hosted = set(doc["jobs"]) - hosted
+    assert self_hosted, name
+    for job_id in self_hosted:
+        assert guard in str(doc["jobs"][job_id].get("if", "")), f"{name}:{job_id} has no job-level event condition"
+
+
+@pytest.mark.parametrize("name", ["verl-e2e.yml", "verl-e2e-warmup.yml"])
+def test_no_job_installs_what_the_caller_chose(name: str) -> None:
+    """Every install names the reusable workflow's own commit (the gate's OIDC claims), never an input."""
+    doc = _load(ROOT / ".github/workflows" / name)
+    call = doc[True]["workflow_call"]
+    assert not {"verl_e2e_repository", "verl_e2e_ref"} & set(call.get("inputs", {})), name
+    installs = 0
+    for job_id, step in _steps(doc):
+        if "pip" in step.get("run", "") and "install" in step.get("run", ""):
+            installs += 1
+            sources = {k: v for k, v in (step.get("env") or {}).items() if k.startswith("VERL_E2E_")}
+            assert sources, f"{name}:{job_id}: an install with no pinned source"
+            for value in sources.values():
+                assert "inputs." not in value, f"{name}:{job_id}: installs from a caller input ({value})"
+                assert value.startswith(("${{ steps.self.outputs.", "${{ needs.gate.outputs.")), value
+    assert installs >= 2
+    gate = doc["jobs"]["gate"]
+    assert gate["permissions"] == {"id-token": "write"} and gate["runs-on"] == "ubuntu-latest"
+    for job_id, job in doc["jobs"].items():
+        if job_id != "gate":
+            assert "gate" in (job.get("needs") if isinstance(job.get("needs"), list) else [job.get("needs")])

@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 sys.path.insert(0, str(ROOT / "ci"))  # the checkout's own verl_e2e: the settings table lives there
-from verl_e2e.cli_run import run_options  # noqa: E402
 from verl_e2e.errors import UsageError  # noqa: E402
 from verl_e2e.site import BY_KEY, SETTINGS, changes, commit, merge  # noqa: E402
 
@@ -100,6 +99,15 @@ def main() -> int:
 def parse_run_cell_args(value: str) -> None:
     """The site's extra flags through run-cell's own parser: an unknown option or a bad value is
     refused here, not on the GPU runner in the middle of a PR's run."""
+    if not value:
+        return
+    try:  # run-cell's parser needs the package's dependencies; the rest of the installer does not
+        from verl_e2e.cli_run import run_options  # noqa: PLC0415
+    except ImportError as exc:
+        raise UsageError(
+            f"--run-cell-args: checking them needs verl-e2e's dependencies ({exc}); run the installer with the "
+            "Python of a verl-e2e install (pip install -e .)"
+        ) from None
     parser = argparse.ArgumentParser(prog="verl-e2e run-cell", add_help=False, exit_on_error=False)
     run_options(parser, dry_run_defaults=True)
     try:

@@ -14,7 +14,7 @@ from verl_e2e.adapt import adapt_cell
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.image import DEFAULT_EXTRA_PIP, ImageInputs, ensure_image, verl_commit
+from verl_e2e.image import DEFAULT_EXTRA_PIP, ImageInputs, ensure_image, pullable_ref, verl_commit
 from verl_e2e.prefetch import plan_downloads, run_downloads
 from verl_e2e.runcell import (
     DEFAULT_ULIMITS,
@@ -54,6 +54,12 @@ def add_commands(sub: Any) -> None:
     image.add_argument("--push", action="store_true", help="push the image after building it")
     image.add_argument("--no-pull", action="store_true", help="never try the registry before building")
     image.add_argument("--print-tag", action="store_true", help="print the tag and stop (no engine needed)")
+    image.add_argument(
+        "--print-ref",
+        action="store_true",
+        help="print how cells should pull the ensured image: repository@sha256:digest where the registry "
+        "gave one (a tag can be moved), else the tag",
+    )
     image.add_argument("--matrix", metavar="PATH")
 
     prefetch = sub.add_parser(
@@ -331,6 +337,9 @@ def cmd_image(args: argparse.Namespace, stdout: TextIO) -> int:
     inputs = _image_inputs(args, matrix)
     if args.print_tag:
         stdout.write(inputs.tag + "\n")
+        return 0
+    if args.print_ref:
+        stdout.write(pullable_ref(docker_client(), inputs.tag) + "\n")
         return 0
     result = ensure_image(
         docker_client(),

