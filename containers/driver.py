@@ -197,6 +197,18 @@ def megatron_lm(bridge: Path, choice: str) -> Path | None:
     return bridge / "3rdparty" / "Megatron-LM" if choice == "submodule" else Path(choice).resolve()
 
 
+def pinned_megatron_lm(bridge: Path) -> str | None:
+    """The Megatron-LM commit the Bridge checkout pins (its submodule's gitlink), if it is a git tree."""
+    proc = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(bridge), "ls-tree", "HEAD", "3rdparty/Megatron-LM"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    fields = proc.stdout.split()
+    return fields[2] if proc.returncode == 0 and len(fields) >= 3 and fields[1] == "commit" else None
+
+
 def make_pythonpath(rec: Recorder, bridge: Path, verl: Path, mlm: Path | None) -> str:
     started = time.time()
     parts = [str(PROBE_DIR), str(bridge / "src"), *([str(mlm)] if mlm else []), str(verl)]
@@ -205,6 +217,7 @@ def make_pythonpath(rec: Recorder, bridge: Path, verl: Path, mlm: Path | None) -
     pythonpath = ":".join(parts)
     rec.provenance["pythonpath"] = pythonpath
     rec.provenance["megatron_lm"] = str(mlm) if mlm else "installed"
+    rec.provenance["megatron_lm_commit"] = pinned_megatron_lm(bridge)  # what the PR pins, whichever ran
     rec.step("pythonpath", "ok", pythonpath, started)
     return pythonpath
 

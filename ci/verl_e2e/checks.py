@@ -112,7 +112,11 @@ def _saves(cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str, 
         if not want:
             continue
         ev = evidences.get(phase.name)
-        on_disk = [int(s) for s in ((listing or {}).get(phase.name) or {}).get("steps", [])]
+        listed = (listing or {}).get(phase.name) or {}
+        tracker = listed.get("tracker")
+        # a step directory alone may be what a save left when it raised: it counts once the tracker,
+        # written after a save completes, has reached it
+        on_disk = [int(s) for s in listed.get("steps", []) if isinstance(tracker, int) and int(s) <= tracker]
         got = sorted(set((ev.saves if ev else []) + on_disk))
         notes.append(f"{phase.name}: saved {got or 'nothing'}, expected {want}")
         ok = ok and set(want) <= set(got)

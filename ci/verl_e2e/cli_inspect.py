@@ -13,7 +13,7 @@ import yaml
 from verl_e2e.config import default_matrix_path, load_matrix, stringify_keys
 from verl_e2e.config_checks import semantic_problems
 from verl_e2e.errors import ConfigError, UsageError
-from verl_e2e.evidence import parse_stream, render_evidence
+from verl_e2e.evidence import Evidence, parse_stream
 from verl_e2e.judging import judge_run_dir
 from verl_e2e.parallel import parse_file
 from verl_e2e.schema_check import validate_document
@@ -98,3 +98,32 @@ def cmd_judge(args: argparse.Namespace, stdout: TextIO) -> int:
     else:
         stdout.write("\n".join(f"== {v.cell_id}\n{render_verdict(v)}" for v in verdicts))
     return 0 if all(v.result in ("Pass", "Skipped") for v in verdicts) else 1
+
+
+def render_evidence(ev: Evidence) -> str:
+    """A short human reading of a log's evidence."""
+    exc = f"{ev.exception['type']}: {ev.exception['message'][:200]}" if ev.exception else "none"
+    rows = [
+        ("stage reached", ev.stage + (f" (failed in {ev.failed_in})" if ev.failed_in else "")),
+        ("failure class", ev.failure_class + (f" ({ev.failure_signature})" if ev.failure_signature else "")),
+        ("first exception", exc),
+        ("steps", f"{ev.step_lines} step lines, last step {ev.max_step}"),
+        ("progress", ev.progress_final or "none"),
+        ("saves", ", ".join(map(str, ev.saves)) or "none"),
+        (
+            "resume",
+            f"from step {ev.resumed_from}"
+            if ev.resumed_from is not None
+            else ("from scratch" if ev.from_scratch else "not shown"),
+        ),
+        ("NaN/Inf", ", ".join(ev.nan_metrics[:3]) or "none"),
+        ("VANILLA_MBRIDGE", ev.traced_env.get("VANILLA_MBRIDGE", "not traced")),
+        (
+            "Bridge imports",
+            ", ".join(f"{k}={v}" for k, v in ev.bridge_imports.items() if k != "other") or "not recorded",
+        ),
+        ("culprit", ev.culprit["chain"] if ev.culprit else "none"),
+        ("hint", ev.hint or "none"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from verl_e2e.classify import classify, root_role
+from verl_e2e.culprit import hint as owner_hint
+from verl_e2e.culprit import locate
 from verl_e2e.logmetrics import Metrics
 from verl_e2e.logstages import Stages, stage
 from verl_e2e.logtext import clean_line, is_dump
@@ -94,6 +96,7 @@ class Evidence:
     series: dict[str, list[list[float]]] = field(default_factory=dict)
     frames: list[str] = field(default_factory=list)  # the root traceback's functions, outermost first
     failed_in: str | None = None  # the role of the innermost known frame (save, load, model_build, ...)
+    culprit: dict[str, Any] | None = None  # whose frame failed, where, and the owner chain (`culprit.locate`)
     residual_noise: list[str] = field(default_factory=list)
     key_lines: list[str] = field(default_factory=list)
     bytes_read: int = 0
@@ -312,7 +315,8 @@ def summarize(st: State, signatures: Iterable[Signature]) -> Evidence:
         step_lines=m.step_lines,
         progress_final=sg.progress_final,
         progress_total=sg.progress_total,
-        saves=sorted(set(sg.saves)),
+        # a save the root traceback broke off counts only if it printed its completion
+        saves=sorted(s for s in set(sg.saves) if role != "save" or s in sg.saves_done),
         resumed_from=sg.resumed_from,
         from_scratch=sg.from_scratch,
         tracker_missing=sg.tracker_missing,
@@ -353,35 +357,9 @@ def summarize(st: State, signatures: Iterable[Signature]) -> Evidence:
         finished=ev.stage == "done",
         nan=m.nan,
     )
+    ev.culprit = locate(root) if exception is not None or failed else None
+    ev.hint = owner_hint(ev.failure_class, ev.hint, ev.culprit)
     return ev
-
-
-def render_evidence(ev: Evidence) -> str:
-    """A short human reading of a log's evidence."""
-    exc = f"{ev.exception['type']}: {ev.exception['message'][:200]}" if ev.exception else "none"
-    rows = [
-        ("stage reached", ev.stage + (f" (failed in {ev.failed_in})" if ev.failed_in else "")),
-        ("failure class", ev.failure_class + (f" ({ev.failure_signature})" if ev.failure_signature else "")),
-        ("first exception", exc),
-        ("steps", f"{ev.step_lines} step lines, last step {ev.max_step}"),
-        ("progress", ev.progress_final or "none"),
-        ("saves", ", ".join(map(str, ev.saves)) or "none"),
-        (
-            "resume",
-            f"from step {ev.resumed_from}"
-            if ev.resumed_from is not None
-            else ("from scratch" if ev.from_scratch else "not shown"),
-        ),
-        ("NaN/Inf", ", ".join(ev.nan_metrics[:3]) or "none"),
-        ("VANILLA_MBRIDGE", ev.traced_env.get("VANILLA_MBRIDGE", "not traced")),
-        (
-            "Bridge imports",
-            ", ".join(f"{k}={v}" for k, v in ev.bridge_imports.items() if k != "other") or "not recorded",
-        ),
-        ("hint", ev.hint or "none"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
 
 
 def parse_stream(stream: BinaryIO, signatures: Iterable[Signature] | None = None) -> Evidence:

@@ -6,6 +6,7 @@ The I/O edge around the pure `evidence` and `verdict` modules; `verl-e2e judge R
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import replace
@@ -29,6 +30,21 @@ def _size(log: Path) -> int | None:
     size = os.fstat(fd).st_size
     os.close(fd)
     return size
+
+
+def _changes(run_dir: Path) -> dict[str, list[list[int]]] | None:
+    """The PR's changed line ranges the host wrote beside the run (`changes.json`), if any."""
+    try:
+        data = json.loads(safefs.read_text(run_dir / "changes.json"))
+    except (OSError, ValueError, safefs.UnsafeFileError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {
+        str(k): [[int(a), int(b)] for a, b in v if isinstance(a, int) and isinstance(b, int)]
+        for k, v in data.items()
+        if isinstance(v, list) and all(isinstance(r, list) and len(r) == 2 for r in v)
+    }
 
 
 def judge_run_dir(
@@ -63,6 +79,7 @@ def judge_run_dir(
         log_capture=str(run.path),
         log_sizes=log_sizes,
         problems=run.problems,
+        changes=_changes(run.path),
     )
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())

@@ -19,6 +19,11 @@ _SAVE = re.compile(
     r"local_global_step_folder: \S*global_step_(\d+)|Saving checkpoint to \S*global_step_(\d+)"
     r"|(?:[Ss]aving|[Ss]aved|save completed|Checkpoint save completed for)\b.*?global_step_(\d+)"
 )
+# a save that finished (a manager's or Bridge's completion line), as opposed to one that started
+_SAVE_DONE = re.compile(
+    r"(?:Checkpoint save completed for|save completed for|Saved bridge checkpoint to|Saved checkpoint to"
+    r"|\[Rank \d+\] Saved)\b.*?global_step_(\d+)"
+)
 _RESUME = re.compile(
     r"setting global step to (\d+)|Setting global step to (\d+)"
     r"|(?:Found checkpoint: (?:%s )?|Load from checkpoint folder: |Resuming from )\S*global_step_(\d+)"
@@ -37,6 +42,7 @@ class Stages:
     progress_final: str | None = None
     progress_total: int | None = None
     saves: list[int] = field(default_factory=list)
+    saves_done: list[int] = field(default_factory=list)  # steps whose save printed a completion line
     resumed_from: int | None = None
     from_scratch: bool = False
     tracker_missing: bool = False
@@ -69,6 +75,9 @@ class Stages:
             return None
         if line.startswith(("Loading from", "Loaded", "Loading")) or ("[rank" in line and "Loading" in line):
             return None
+        done = _SAVE_DONE.search(line)
+        if done and int(done.group(1)) not in self.saves_done:
+            self.saves_done.append(int(done.group(1)))
         s = _SAVE.search(line)
         if s:
             step = int(next(g for g in s.groups() if g is not None))
@@ -115,6 +124,7 @@ class Stages:
         if later.progress_final is not None:
             self.progress_final, self.progress_total = later.progress_final, later.progress_total
         self.saves += later.saves
+        self.saves_done += later.saves_done
         self.resumed_from = later.resumed_from if later.resumed_from is not None else self.resumed_from
         self.from_scratch = self.from_scratch or later.from_scratch
         self.tracker_missing = self.tracker_missing or later.tracker_missing

@@ -16,7 +16,7 @@ MAX_FRAMES = 400
 MAX_BLOCKS = 20
 IGNORED_EXCEPTIONS = frozenset({"KeyboardInterrupt", "SystemExit"})
 
-_FRAME = re.compile(r'File "([^"]*)", line \d+, in ([\w<>]+)')
+_FRAME = re.compile(r'File "([^"]*)", line (\d+), in ([\w<>]+)')
 _RAY_METHOD = re.compile(r"ray::\w+\.(\w+)\(\)")
 _RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
 _TRACEBACK = "Traceback (most recent call last)"
@@ -38,15 +38,18 @@ class Block:
     """One traceback: its frames as (function, file) outermost first, and how it ended."""
 
     frames: list[tuple[str, str]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # each frame's line number (0 where none was printed)
     ray_types: list[str] = field(default_factory=list)
     type: str | None = None
     message: str = ""
     steps_before: int = 0  # step lines seen when it ended (a later step means training went on)
 
-    def add_frame(self, func: str, path: str) -> None:
+    def add_frame(self, func: str, path: str, line: int = 0) -> None:
         if len(self.frames) >= MAX_FRAMES:
             del self.frames[: MAX_FRAMES // 4]  # keep the innermost frames, where it failed
+            del self.lines[: MAX_FRAMES // 4]
         self.frames.append((func, path))
+        self.lines.append(line)
 
 
 @dataclass
@@ -72,8 +75,8 @@ class Tracebacks:
         """Handle one cleaned line; True when it was an exception line (a key line)."""
         found = False
         for m in _FRAME.finditer(text):
-            self._open().add_frame(m.group(2), m.group(1))
-            self._name(m.group(2))
+            self._open().add_frame(m.group(3), m.group(1), int(m.group(2)))
+            self._name(m.group(3))
             found = True
         for m in _RAY_METHOD.finditer(text):
             self._open().add_frame(m.group(1).removeprefix("actor_rollout_"), "ray::")

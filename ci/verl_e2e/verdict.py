@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from verl_e2e.blame import Changes, compatibility_follow_up, culprit_phrase, megatron_limitation, megatron_source
 from verl_e2e.cells import Cell
 from verl_e2e.checks import Check, bridge_import, build_checks
 from verl_e2e.evidence import Evidence
@@ -142,7 +143,9 @@ def _outcome(  # noqa: PLR0917 - one call site, every argument a different recor
     return _Outcome("Pass", "", failure_class, failed_phase)
 
 
-def _headline(cell: Cell, out: _Outcome, checks: Sequence[Check], evidences: Mapping[str, Evidence]) -> str:
+def _headline(
+    cell: Cell, out: _Outcome, checks: Sequence[Check], evidences: Mapping[str, Evidence], changes: Changes | None
+) -> str:
     model = cell.model + (" (dummy)" if cell.dummy_config is not None else "")
     what = f"Level {cell.level} ({cell.variant}) of {model} through verl's Megatron PPO"
     if out.result == "Pass":
@@ -154,13 +157,15 @@ def _headline(cell: Cell, out: _Outcome, checks: Sequence[Check], evidences: Map
         cause = f"out of memory{where}"
     else:
         cause = out.reason or (f"{out.failure_class}{where}" if out.failed_phase else "checks failed")
-    first_exc = next((ev.exception for ev in evidences.values() if ev.exception), None)
+    failing = next((ev for ev in evidences.values() if ev.exception), None)
+    first_exc = failing.exception if failing is not None else None
     if first_exc:
         cause += f": {first_exc['type']}: {first_exc['message'][:160]}".rstrip(": ")
+        cause += culprit_phrase(failing, changes)
     elif out.result == "Fail":
-        failing = [c for c in checks if c.result == "Fail"]
-        if failing:
-            cause += f" ({failing[0].name}: {failing[0].detail})"
+        failed = [c for c in checks if c.result == "Fail"]
+        if failed:
+            cause += f" ({failed[0].name}: {failed[0].detail})"
     return f"{out.result} - {what}: {cause}"
 
 
@@ -217,8 +222,12 @@ def _deliverables(
     ]
 
 
-def _follow_ups(cell: Cell, out: _Outcome, evidences: Mapping[str, Evidence], checks: Sequence[Check]) -> list[str]:
-    hint = next((ev.hint for ev in evidences.values() if ev.hint), None)
+def _follow_ups(
+    cell: Cell, out: _Outcome, evidences: Mapping[str, Evidence], checks: Sequence[Check], provenance: Mapping[str, Any]
+) -> list[str]:
+    failing = next((ev for ev in evidences.values() if ev.exception), None)
+    hint = compatibility_follow_up(failing, provenance) if out.result == "Fail" else None
+    hint = hint or next((ev.hint for ev in evidences.values() if ev.hint), None)
     if out.result == "Blocked":
         fix = hint or TRIAGE.get(out.failure_class, "fix the environment")
         return [f"{fix.rstrip('.')}; then rerun with `/verl-e2e level={cell.level}`"]
@@ -242,6 +251,7 @@ def judge(
     log_capture: str = "",
     log_sizes: Mapping[str, int | None] | None = None,
     problems: Sequence[str] = (),
+    changes: Changes | None = None,
 ) -> Verdict:
     """Decide a cell from its phases' records and evidence (and a baseline run for Level 5)."""
     provenance = provenance or {}
@@ -263,21 +273,27 @@ def judge(
     return Verdict(
         **identity(cell),
         result=out.result,
-        headline=_headline(cell, out, checks, evidences),
+        headline=_headline(cell, out, checks, evidences, changes),
         requested=f"Level {cell.level} ({cell.variant})",
         deliverables=_deliverables(cell, phases, checks, log_sizes, log_capture),
         checks=checks,
         key_lines=key_lines(evidences, phases),
-        limitations=detected_limitations(cell, evidences, phases, provenance.get("limitations", [])),
-        follow_ups=_follow_ups(cell, out, evidences, checks),
+        limitations=detected_limitations(cell, evidences, phases, _recorded_limitations(provenance)),
+        follow_ups=_follow_ups(cell, out, evidences, checks, provenance),
         failure_class=out.failure_class,
         failed_phase=out.failed_phase,
         duration_s=sum(durations) if durations else None,
-        repos={k: provenance[k] for k in ("bridge", "verl", "image", "megatron_lm", "runner") if k in provenance},
+        repos={k: provenance[k] for k in ("bridge", "verl", "image", "megatron_lm", "runner") if k in provenance}
+        | {"megatron": megatron_source(provenance)},
         command=command,
         log_capture=log_capture,
         exception=first_exception(evidences, out.failed_phase),
     )
+
+
+def _recorded_limitations(provenance: Mapping[str, Any]) -> list[str]:
+    megatron = megatron_limitation(provenance)
+    return [*provenance.get("limitations", []), *([megatron] if megatron else [])]
 
 
 def identity(cell: Cell) -> dict[str, Any]:

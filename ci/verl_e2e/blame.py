@@ -1,0 +1,81 @@
+"""What a verdict says about the culprit: the frame, whether it is code this PR changed, whose problem
+a failure with no Bridge frame is, and which Megatron-Core really ran.
+
+`changes` is the plan's changed line ranges of the PR (`{path: [[first, last], ...]}`, paths as in
+the Bridge repository), written into the run dir by the host (`changes.json`); a failing Bridge frame
+inside one of them is "in code this PR changed". Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from verl_e2e.culprit import BRIDGE, MCORE, VERL, where
+from verl_e2e.evidence import Evidence
+
+Changes = Mapping[str, Sequence[Sequence[int]]]
+
+
+def _changed(frame: Mapping[str, Any], changes: Changes) -> bool:
+    line = int(frame.get("line") or 0)
+    ranges = changes.get(str(frame.get("path", ""))) or ()
+    return any(len(r) == 2 and int(r[0]) <= line <= int(r[1]) for r in ranges)
+
+
+def culprit_phrase(ev: Evidence | None, changes: Changes | None) -> str:
+    """' (at ...)' for a headline: the culprit frame and, where known, whether the PR changed it."""
+    located = ev.culprit if ev is not None else None
+    if not located:
+        return ""
+    culprit = located["culprit"]
+    changed = [f for f in reversed(located.get("bridge_frames") or []) if changes and _changed(f, changes)]
+    if changed:
+        f = changed[0]
+        return f" (in code this PR changed: `{f['path']}:{f['line']}` in `{f['function']}`)"
+    if culprit["owner"] == BRIDGE:
+        tail = "; not in lines this PR changed" if changes else ""
+        return f" (at {where(culprit)}{tail})"
+    return f" ({located['chain']})"
+
+
+def megatron_source(provenance: Mapping[str, Any]) -> str:
+    """Which Megatron-Core the cell ran: the PR's submodule at its commit, or the installed package."""
+    chosen = provenance.get("megatron_lm")
+    core = (provenance.get("environment") or {}).get("megatron_core") or {}
+    version = core.get("version") if isinstance(core, Mapping) else None
+    submodule = provenance.get("megatron_lm_commit")
+    if chosen == "installed":
+        return f"megatron-core {version or '(version not recorded)'} installed in the environment"
+    if chosen:
+        at = f" at {str(submodule)[:12]}" if submodule else ""
+        if str(chosen).rstrip("/").endswith("3rdparty/Megatron-LM"):
+            return f"the PR's 3rdparty/Megatron-LM submodule{at}"
+        return f"Megatron-LM from {chosen}"
+    return "a Megatron-Core the run dir does not name"
+
+
+def megatron_limitation(provenance: Mapping[str, Any]) -> str | None:
+    """A limitation where the PR's own pinned Megatron-LM did not run."""
+    if provenance.get("megatron_lm") == "installed":
+        return (
+            f"Megatron-Core: {megatron_source(provenance)}, not the PR's pinned 3rdparty/Megatron-LM "
+            "submodule (the change was not tested against the Megatron-Core it pins)"
+        )
+    return None
+
+
+def compatibility_follow_up(ev: Evidence | None, provenance: Mapping[str, Any]) -> str | None:
+    """A failure inside verl or Megatron-Core with no Bridge frame on the path: whose problem it is."""
+    located = ev.culprit if ev is not None else None
+    if not located or BRIDGE in located["owners"]:
+        return None
+    if located["culprit"]["owner"] not in (VERL, MCORE):
+        return None
+    verl = provenance.get("verl") or {}
+    verl_at = str(verl.get("commit") or "(commit not recorded)") if isinstance(verl, Mapping) else "?"
+    return (
+        f"a verl/Megatron-Core compatibility problem, not this PR's Bridge code ({located['chain']}): verl "
+        f"{verl_at} with {megatron_source(provenance)}; run with a Megatron-Core this verl supports "
+        "(--megatron-lm installed) or move the verl pin"
+    )
