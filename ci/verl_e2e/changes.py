@@ -30,6 +30,7 @@ class ChangedFile:
     scopes: tuple[str, ...] = ()  # names of the defs/classes the change sits in (diffs.py, scopes.py)
     architectures: tuple[str, ...] | None = None  # HF architectures the file serves; None: not known
     module_level: bool = True  # the change may touch module-level code (unknown counts as yes)
+    added_at: tuple[int, ...] = ()  # new-side line numbers of the added lines (where a frame can point)
 
     @property
     def paths(self) -> tuple[str, ...]:

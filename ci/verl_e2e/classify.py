@@ -162,8 +162,30 @@ def root_role(block: Block | None) -> str | None:
             rollout = True
             continue
         if role is not None:
+            if role == "model_build" and _bridge_code(func, path):
+                # Bridge model/PEFT code a checkpoint save or load called (the adapter filter at save)
+                # belongs to that save or load, not to model construction
+                outer = _outer_checkpoint_role(block, func, path)
+                if outer is not None:
+                    return outer
             return "rollout" if rollout and role not in ("training", "save", "load") else role
     return "rollout" if rollout else None
+
+
+def _bridge_code(func: str, path: str) -> bool:
+    """A frame whose role comes only from its Bridge path (models/ or peft/), not its name."""
+    return func not in MODEL_BUILD and any(part in path for part, role in PATH_ROLES if role == "model_build")
+
+
+def _outer_checkpoint_role(block: Block, func: str, path: str) -> str | None:
+    frames = block.frames[: block.frames.index((func, path))]
+    for f, p in reversed(frames):
+        role = frame_role(f, p)
+        if role in ("save", "load"):
+            return role
+        if role in ("model_build", "training"):
+            return None
+    return None
 
 
 def classify(

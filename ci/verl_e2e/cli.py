@@ -26,7 +26,7 @@ from verl_e2e.config import (
     with_runners,
 )
 from verl_e2e.diffs import read_diff
-from verl_e2e.enrich import files_from_diff, with_architectures, with_diff
+from verl_e2e.enrich import changed_line_ranges, files_from_diff, with_architectures, with_diff
 from verl_e2e.errors import UsageError, VerlE2EError
 from verl_e2e.examples import EXAMPLES
 from verl_e2e.gitchanges import changes_from_git, resolve_commit
@@ -232,6 +232,8 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
             "or explicit --levels (e.g. --levels 0)"
         )
     selection = select(matrix, files or [], requested, families, surface.shipped())
+    if files:
+        context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
     return Plan(selection, expand(matrix, selection, args.model), context, uncovered(matrix, selection))
 
 

@@ -212,6 +212,16 @@ def _cells_from(path: Path, cell_id: str | None) -> Cell:
         raise UsageError(f"run-cell: {path}: not a cell record ({exc}); take a cell from `verl-e2e plan`") from None
 
 
+def plan_changes(path: Path) -> dict[str, Any] | None:
+    """The changed line ranges a plan.json carries (None for a bare cell record or an older plan)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    changes = (data.get("context") or {}).get("changes") if isinstance(data, dict) else None
+    return changes if isinstance(changes, dict) else None
+
+
 def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path, image: str | None) -> RunOptions:
     root = args.cache or Path(matrix.defaults.host_cache)
     cache = cachelayout.host_paths(root, args.cache_layout)
@@ -234,6 +244,7 @@ def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path
         cache=cache,
         container_paths=dict(matrix.defaults.container_paths),
         ulimits=parse_ulimits(args.ulimit),
+        changes=plan_changes(args.cell) if isinstance(getattr(args, "cell", None), Path) else None,
         **slurm.options_from(args),
     )
 

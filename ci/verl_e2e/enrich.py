@@ -40,6 +40,7 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
             replace(
                 f,
                 diff_lines=d.lines,
+                added_at=tuple(d.added_at),
                 scopes=tuple(dict.fromkeys((*f.scopes, *d.scopes))),
                 cosmetic=f.cosmetic or _comment_only(d),
                 module_level=d.module_level or d.status in "AD" or not d.scopes,
@@ -88,4 +89,20 @@ def with_architectures(
                 if f.old_path:
                     archs += [a for a in surface.architectures.get(f.old_path, ()) if a not in archs]
         out.append(replace(f, architectures=tuple(archs)))
+    return out
+
+
+def changed_line_ranges(files: Sequence[ChangedFile]) -> dict[str, list[list[int]]]:
+    """{path: [[first, last], ...]} of the added lines of each Python file (the judge's "in this PR's change")."""
+    out: dict[str, list[list[int]]] = {}
+    for f in files:
+        if not f.path.endswith(".py") or not f.added_at:
+            continue
+        ranges: list[list[int]] = []
+        for line in sorted(set(f.added_at)):
+            if ranges and line == ranges[-1][1] + 1:
+                ranges[-1][1] = line
+            else:
+                ranges.append([line, line])
+        out[f.path] = ranges
     return out

@@ -174,6 +174,8 @@ def _attempt(cell: Cell, opts: RunOptions, console: TextIO, client: Any) -> tupl
         reason = "cell deadline reached; stopped" if info["status"] == "timeout" else "cancelled by a signal"
         _patch_phases(out, info["status"], reason)
     _write(out / "host.json", info)
+    if opts.changes is not None:  # the host's own copy of the plan's changed lines, for the judge
+        _write(out / "changes.json", dict(opts.changes))
     _merge_provenance(out, info, problems)
     return judge_run_dir(out), cancel
 

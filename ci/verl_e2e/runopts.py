@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.errors import UsageError, VerlE2EError
@@ -79,6 +80,7 @@ class RunOptions:
     slurm_account: str | None = None
     slurm_container: str | None = None  # pyxis: the image the job runs in
     slurm_args: tuple[str, ...] = ()  # extra srun options from the site, validated one by one
+    changes: Mapping[str, Any] | None = None  # the plan's changed line ranges, written as changes.json
 
 
 def load_cell(path: Path) -> Cell:
