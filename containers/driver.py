@@ -36,6 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
+import functions
 import preflight
 from prepare import bridge_tests, prepare_data, prepare_model
 from records import Recorder, checkpoint_listing, git_state, log, write_json
@@ -280,6 +281,8 @@ def run_phases(
         env = dict(env0)
         env.update({k: translate(v, mapping) for k, v in phase["env"].items()})
         env.update(rec.overrides)
+        trace = args.out / "trace" / phase["name"]  # every process of the phase records its Bridge functions
+        env.update(VERL_E2E_TRACE_DIR=str(trace), VERL_E2E_TRACE_ROOT=str(args.bridge.resolve()))
         ray_stop(env)
         cmd = [
             "bash",
@@ -288,6 +291,8 @@ def run_phases(
             *extra,
             f"trainer.default_local_dir={ckpt_root}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={pythonpath}",
+            f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_E2E_TRACE_DIR={trace}",
+            f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_E2E_TRACE_ROOT={args.bridge.resolve()}",
         ]
         rec.provenance["commands"].append(" ".join(cmd))
         set_here = {k: env[k] for k in sorted({*phase["env"], *rec.overrides, "PYTHONPATH"}) if k in env}
@@ -306,6 +311,11 @@ def run_phases(
         rec.phases[index].update(
             status=status, exit_code=code, duration_s=round(time.time() - started, 3), log_tail=tail[-10:]
         )
+        try:
+            count = functions.merge(args.out / "trace", args.out / "bridge-functions.json")
+            log(f"phase {phase['name']}: {count} Bridge function(s) ran so far (bridge-functions.json)")
+        except OSError as exc:
+            log(f"phase {phase['name']}: the function records could not be merged: {exc}")
         listing[phase["name"]] = checkpoint_listing(ckpt_root)
         write_json(args.out / "checkpoints.json", listing)
         rec.save()

@@ -3,7 +3,7 @@
 # allocation): install a wheel set offline, lay out verl and Bridge as git trees, make a tiny local
 # model and GSM8K-shaped data, then `verl-e2e run-cell --backend local` for Level 0 and Level 1.
 #
-#   tools/offline_node.sh setup WORK WHEELS_DIR VERL_TGZ BRIDGE_TGZ MAKE_ASSETS_PY
+#   tools/offline_node.sh setup WORK WHEELS_DIR VERL_TGZ BRIDGE_TGZ MAKE_ASSETS_PY [MEGATRON_LM_COMMIT]
 #   tools/offline_node.sh run WORK CELL_ID [extra run-cell flags...]
 #
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
@@ -24,7 +24,7 @@ commit_tree() {  # the driver records both trees' commits: make each a one-commi
 }
 
 setup() {
-  local wheels=$1 verl_tgz=$2 bridge_tgz=$3 make_assets=$4
+  local wheels=$1 verl_tgz=$2 bridge_tgz=$3 make_assets=$4 mlm_commit=${5:-}
   python3 -m pip install --quiet --no-index --no-deps --target "$work/site" "$wheels"/*.whl
   rm -rf "$work/verl" "$work/Megatron-Bridge" "$work/unpack"
   mkdir -p "$work/verl" "$work/unpack"
@@ -35,7 +35,19 @@ setup() {
   mv "$work/unpack/Megatron-LM" "$work/Megatron-Bridge/3rdparty/Megatron-LM"
   rm -rf "$work/unpack"
   commit_tree "$work/verl" "verl from $(basename "$verl_tgz")"
-  commit_tree "$work/Megatron-Bridge" "Megatron-Bridge from $(basename "$bridge_tgz")"
+  if [ -n "$mlm_commit" ]; then
+    # as a clone has it: Megatron-LM is a submodule, the Bridge commit records the commit it pins
+    # (a gitlink), and the tarball's Megatron-LM tree is that commit's content
+    git -C "$work/Megatron-Bridge" init -q
+    printf '[submodule "3rdparty/Megatron-LM"]\n\tpath = 3rdparty/Megatron-LM\n\turl = https://github.com/NVIDIA/Megatron-LM.git\n' \
+      > "$work/Megatron-Bridge/.gitmodules"
+    git -C "$work/Megatron-Bridge" add -A -- . ':!3rdparty/Megatron-LM'
+    git -C "$work/Megatron-Bridge" update-index --add --cacheinfo "160000,$mlm_commit,3rdparty/Megatron-LM"
+    git -C "$work/Megatron-Bridge" -c user.name=verl-e2e -c user.email=verl-e2e@localhost \
+      commit -qm "Megatron-Bridge from $(basename "$bridge_tgz") (Megatron-LM at $mlm_commit)"
+  else
+    commit_tree "$work/Megatron-Bridge" "Megatron-Bridge from $(basename "$bridge_tgz")"
+  fi
   python3 "$make_assets" "$work/assets"
   mkdir -p "$work/cache/models/local" "$work/cache/datasets/gsm8k"
   rm -rf "$work/cache/models/local/tiny-qwen2"
@@ -51,12 +63,13 @@ run() {
   level=${level%%-*}
   python3 -m verl_e2e plan --levels "$level" --family qwen --model local/tiny-qwen2 \
     --out "$work/plan-L$level.json" --format text >/dev/null
-  # --num-gpus 1 --gpus 0: one GPU, named (the plan's cells ask for 2); --megatron-lm installed: the
-  # wheel set's megatron-core, since verl 1dda039 fails against Bridge's pinned submodule (TypeError in
-  # unwrap_model); data.dataloader_num_workers=0 for small hosts. The preflight adds what the node lacks.
+  # --num-gpus 1 --gpus 0: one GPU, named (the plan's cells ask for 2); data.dataloader_num_workers=0
+  # for small hosts. The Megatron-Core is the default's choice (--megatron-lm auto: the pinned submodule,
+  # or matrix.yaml's fallback where that commit is known not to run with this verl). The preflight adds
+  # what the node lacks.
   python3 -m verl_e2e run-cell "$work/plan-L$level.json" --cell-id "$cell" --backend local \
     --bridge "$work/Megatron-Bridge" --verl "$work/verl" --cache "$work/cache" --out "$work/runs/$cell" \
-    --no-bridge-tests --num-gpus 1 --gpus 0 --megatron-lm installed \
+    --no-bridge-tests --num-gpus 1 --gpus 0 \
     --hydra data.dataloader_num_workers=0 "$@"
 }
 

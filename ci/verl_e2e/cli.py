@@ -16,7 +16,7 @@ from typing import NoReturn, TextIO
 
 import docker.errors
 
-from verl_e2e import __version__, cli_github, cli_inspect, cli_run, cli_surface, site, surface
+from verl_e2e import __version__, cli_base, cli_github, cli_inspect, cli_run, cli_surface, runinputs, site, surface
 from verl_e2e.cells import expand, uncovered
 from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
 from verl_e2e.config import (
@@ -212,6 +212,14 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
     return None, {"source": "none", "summary": "no changes given"}
 
 
+def is_pin(path: str) -> bool:
+    """A path that pins what a cell runs: the Megatron-LM submodule or a dependency file."""
+    name = path.rsplit("/", 1)[-1]
+    return path == "3rdparty/Megatron-LM" or (
+        "/" not in path and (name in ("pyproject.toml", "uv.lock", "setup.py") or name.startswith("requirements"))
+    )
+
+
 HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -234,6 +242,7 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
     selection = select(matrix, files or [], requested, families, surface.shipped())
     if files:
         context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
+        context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})
     return Plan(selection, expand(matrix, selection, args.model), context, uncovered(matrix, selection))
 
 
@@ -297,7 +306,7 @@ def main(
     try:
         args = parser.parse_args(argv)
         if args.command in ("run-cell", "run", "base-run"):
-            cli_run.require_container_in_actions(args, env)
+            runinputs.require_container_in_actions(args, env)
         if args.command == "plan":
             return _cmd_plan(args, env, stdin, stdout)
         if args.command == "validate":
@@ -315,7 +324,7 @@ def main(
         if args.command == "run":
             return _cmd_run(args, stdin, stdout)
         if args.command == "base-run":
-            return cli_run.cmd_base_run(args, stdout)
+            return cli_base.cmd_base_run(args, stdout)
         if args.command == "surface":
             return cli_surface.cmd_surface(args, stdout)
         if args.command == "prefetch":

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from verl_e2e import basecache, cachelayout, slurm
+from verl_e2e import cachelayout, slurm
 from verl_e2e.adapt import adapt_cell
 from verl_e2e.cells import Cell, cell_from_json
 from verl_e2e.config import Matrix, load_matrix
@@ -25,6 +25,7 @@ from verl_e2e.runcell import (
     parse_env_pairs,
     run_cell,
 )
+from verl_e2e.runinputs import megatron_choice, plan_changes
 from verl_e2e.verdict import Verdict
 from verl_e2e.verdict import render_text as render_verdict
 
@@ -139,10 +140,12 @@ def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> N
     )
     p.add_argument(
         "--megatron-lm",
-        default="submodule",
+        default="auto",
         metavar="WHICH",
-        help="Megatron-Core for the run: submodule (Bridge's 3rdparty/Megatron-LM, default), installed "
-        "(the environment's megatron-core), or the path of a Megatron-LM tree",
+        help="Megatron-Core for the run: auto (default: Bridge's pinned 3rdparty/Megatron-LM, unless "
+        "matrix.yaml's compatibility record knows that commit fails with this verl; then the record's "
+        "fallback, stated as a limitation), submodule, installed (the environment's megatron-core), or "
+        "the path of a Megatron-LM tree",
     )
     p.add_argument(
         "--no-preflight",
@@ -176,21 +179,6 @@ def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> N
     p.add_argument("--matrix", metavar="PATH")
 
 
-def require_container_in_actions(args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    """In GitHub Actions a cell runs only in a container. As the runner's own user (the local backend,
-    or Slurm without pyxis) PR code could write the runner's cache (a base-run entry that makes its own
-    failure read "pre-existing"), rewrite its run dir after the host judged it, and reach the step's
-    GITHUB_ENV / GITHUB_PATH files that steer every later step of the job."""
-    if env.get("GITHUB_ACTIONS") != "true" or getattr(args, "dry_run", False):
-        return
-    if args.backend == "local" or (args.backend == "slurm" and not args.slurm_container):
-        how = "--backend local" if args.backend == "local" else "--backend slurm without --slurm-container"
-        raise UsageError(
-            f"{args.command}: {how} runs PR code as the runner's user, which GitHub Actions jobs never do; "
-            "use --backend docker, or --backend slurm --slurm-container IMAGE (pyxis)"
-        )
-
-
 def _cells_from(path: Path, cell_id: str | None) -> Cell:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -212,16 +200,6 @@ def _cells_from(path: Path, cell_id: str | None) -> Cell:
         raise UsageError(f"run-cell: {path}: not a cell record ({exc}); take a cell from `verl-e2e plan`") from None
 
 
-def plan_changes(path: Path) -> dict[str, Any] | None:
-    """The changed line ranges a plan.json carries (None for a bare cell record or an older plan)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    changes = (data.get("context") or {}).get("changes") if isinstance(data, dict) else None
-    return changes if isinstance(changes, dict) else None
-
-
 def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path, image: str | None) -> RunOptions:
     root = args.cache or Path(matrix.defaults.host_cache)
     cache = cachelayout.host_paths(root, args.cache_layout)
@@ -237,7 +215,7 @@ def options(args: argparse.Namespace, matrix: Matrix, cell_file: Path, out: Path
         env=layout_env | parse_env_pairs(args.env),
         phase_timeout=args.phase_timeout,
         import_check=args.import_check,
-        megatron_lm=args.megatron_lm,
+        **megatron_choice(args, matrix),
         preflight="off" if args.no_preflight else "auto",
         retries=max(0, args.retries),
         bridge_tests="skip" if args.no_bridge_tests else "auto",
@@ -279,46 +257,6 @@ def _image_inputs(args: argparse.Namespace, matrix: Matrix, pinned: bool = False
         wheels=getattr(args, "wheels", None),
         repository=getattr(args, "repository", "verl-e2e"),
     )
-
-
-def cmd_base_run(args: argparse.Namespace, stdout: TextIO) -> int:
-    matrix = load_matrix(args.matrix)
-    cell = _cells_from(args.cell, args.cell_id)
-    fields = base_fields(args, cell)
-    root = (args.cache or Path(matrix.defaults.host_cache)).resolve()
-    if basecache.fetch(root, fields, args.out) is not None:
-        stdout.write(f"verl-e2e: {cell.id}: the merge base's result from the cache ({fields['merge_base'][:12]})\n")
-        return 0
-    if not args.run:
-        stdout.write(f"verl-e2e: {cell.id}: no result on the merge base {fields['merge_base'][:12]} is cached\n")
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    cell_file = args.out / "cell.json"
-    cell_file.write_text(json.dumps(cell.to_json(), indent=2))
-    verdict = run_cell(options(args, matrix, cell_file, args.out, args.image), stdout)
-    if verdict.result != "Blocked":  # the environment's word says nothing about the base: not kept
-        basecache.store(root, fields, args.out)
-    stdout.write(f"verl-e2e: {cell.id} on the merge base: {verdict.result}\n")
-    return 0
-
-
-def base_fields(args: argparse.Namespace, cell: Cell) -> dict[str, str]:
-    """The cache key of the cell on the merge base, from the plan and the change's own run."""
-    try:
-        plan = json.loads(args.cell.read_text(encoding="utf-8"))
-        provenance = json.loads((args.like / "provenance.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"base-run: cannot read the plan or --like {args.like}/provenance.json ({exc})") from None
-    merge_base = args.merge_base or str((plan.get("context") or {}).get("merge_base") or "")
-    image = provenance.get("image") or {}
-    verl = provenance.get("verl") or {}
-    environment = str(image.get("tag") or verl.get("full_commit") or verl.get("commit") or "")
-    if not merge_base or not environment:
-        raise UsageError(
-            "base-run: the plan has no merge base (plan with --repo, or pass --merge-base) or the run dir no "
-            "image/verl commit; nothing to key the base result by"
-        )
-    return {"cell_id": cell.id, "merge_base": merge_base, "environment": environment, "runner": ",".join(cell.runs_on)}
 
 
 def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:

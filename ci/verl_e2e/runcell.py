@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -107,7 +107,14 @@ def fresh_run_dir(out: Path) -> None:
 
 def run_dir_names(cell: Cell) -> list[str]:
     """The files the cell may hand back: the driver's records and one log per phase, nothing else."""
-    fixed = ["provenance.json", "phases.json", "checkpoints.json", "bridge-tests.json", "bridge-tests.log"]
+    fixed = [
+        "provenance.json",
+        "phases.json",
+        "checkpoints.json",
+        "bridge-tests.json",
+        "bridge-tests.log",
+        "bridge-functions.json",  # the Bridge functions the cell's processes ran (untrusted data, read as such)
+    ]
     return [*fixed, *(f"{p.name}.log" for p in cell.phases)]
 
 
@@ -176,7 +183,7 @@ def _attempt(cell: Cell, opts: RunOptions, console: TextIO, client: Any) -> tupl
     _write(out / "host.json", info)
     if opts.changes is not None:  # the host's own copy of the plan's changed lines, for the judge
         _write(out / "changes.json", dict(opts.changes))
-    _merge_provenance(out, info, problems)
+    _merge_provenance(out, info, problems, opts.notes)
     return judge_run_dir(out), cancel
 
 
@@ -202,7 +209,7 @@ def _run_in(
     return cancel, info
 
 
-def _merge_provenance(out: Path, info: Mapping[str, Any], problems: list[str]) -> None:
+def _merge_provenance(out: Path, info: Mapping[str, Any], problems: list[str], notes: Sequence[str] = ()) -> None:
     provenance = _read_json(out / "provenance.json")
     if not isinstance(provenance, dict):
         provenance = {
@@ -218,6 +225,9 @@ def _merge_provenance(out: Path, info: Mapping[str, Any], problems: list[str]) -
     if "image" in info:
         provenance["image"] = {"tag": info["image"], "id": info.get("image_id"), "base": info.get("image_base")}
     provenance["host_exit_code"] = info.get("exit_code")
+    if notes:  # the host's own reading of what ran (which Megatron, which pins), kept whatever the cell wrote
+        recorded = [x for x in provenance.get("limitations") or [] if isinstance(x, str)]
+        provenance["limitations"] = list(dict.fromkeys([*recorded, *notes]))
     provenance["runner"] = info.get("runner", [])
     if problems:  # the cell handed back something that is not a plain file: never evidence of a pass
         provenance["setup_failure"] = {

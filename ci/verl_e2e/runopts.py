@@ -81,6 +81,7 @@ class RunOptions:
     slurm_container: str | None = None  # pyxis: the image the job runs in
     slurm_args: tuple[str, ...] = ()  # extra srun options from the site, validated one by one
     changes: Mapping[str, Any] | None = None  # the plan's changed line ranges, written as changes.json
+    notes: tuple[str, ...] = ()  # limitations the host adds (a known-incompatible Megatron-LM, unexercised pins)
 
 
 def load_cell(path: Path) -> Cell:

@@ -15,8 +15,10 @@ The finder only observes: it resolves the spec with the finders after it and ret
 import itself proceeds exactly as it would without the probe. An image's own sitecustomize still runs.
 """
 
+import contextlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 
@@ -56,6 +58,48 @@ def _in_ray_worker():
 
 
 sys.meta_path.insert(0, _BridgeProbe)
+
+
+def _trace_bridge_functions():
+    """Record every Bridge function this process runs, once each (Python 3.12 `sys.monitoring`).
+
+    With VERL_E2E_TRACE_DIR and VERL_E2E_TRACE_ROOT (the Bridge checkout) set, as the driver sets them
+    for verl's processes and its Ray workers, a PY_START callback writes one JSON line per function
+    under src/megatron/bridge/ the first time it starts, to <dir>/functions-<pid>.jsonl, written at once
+    so a SIGKILLed worker loses nothing. Every code object is disabled after its first event
+    (`DISABLE`), Bridge's or not, so the cost is one callback per function ever run. Pythons before
+    3.12 record nothing (the run dir then has no records, and says so).
+    """
+    out, root = os.environ.get("VERL_E2E_TRACE_DIR"), os.environ.get("VERL_E2E_TRACE_ROOT")
+    monitoring = getattr(sys, "monitoring", None)
+    if not out or not root or monitoring is None:
+        return
+    tool = next((t for t in (4, 3, 5) if monitoring.get_tool(t) is None), None)
+    if tool is None:
+        return
+    try:
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, f"functions-{os.getpid()}.jsonl")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return
+    base = root.rstrip("/") + "/"
+    prefix = base + "src/megatron/bridge/"
+    disable = monitoring.DISABLE
+
+    def started(code, offset):  # noqa: ARG001 - the PY_START signature
+        if code.co_filename.startswith(prefix):
+            record = {"file": code.co_filename[len(base):], "qualname": code.co_qualname, "line": code.co_firstlineno}
+            with contextlib.suppress(OSError):
+                os.write(fd, (json.dumps(record) + "\n").encode("utf-8", "replace"))
+        return disable
+
+    monitoring.use_tool_id(tool, "verl-e2e")
+    monitoring.register_callback(tool, monitoring.events.PY_START, started)
+    monitoring.set_events(tool, monitoring.events.PY_START)
+
+
+_trace_bridge_functions()
 
 
 def _chain_image_sitecustomize():
