@@ -94,11 +94,16 @@ def _run(matrix, root: Path, log: str, provenance: dict | None = None, changes: 
 def test_the_headline_says_when_the_failing_frame_is_in_lines_this_pr_changed(matrix, tmp_path: Path) -> None:
     frames = (*OUTER, ("transform", f"{BRIDGE}/peft/lora.py", 231))
     log = V.trace() + V.TASK + _traceback("TypeError", "unexpected keyword argument 'rank'", frames)
-    changed = _run(matrix, tmp_path / "a", log, changes={"src/megatron/bridge/peft/lora.py": [[229, 232]]})
+    lines = {"src/megatron/bridge/peft/lora.py": [[229, 232]]}
+    changed = _run(matrix, tmp_path / "a", log, changes={"lines": lines, "functions": {}})
     verdict = judge_run_dir(changed)
     assert "in code this PR changed: `src/megatron/bridge/peft/lora.py:231` in `transform`" in verdict.headline
-    elsewhere = judge_run_dir(_run(matrix, tmp_path / "b", log, changes={"src/megatron/bridge/peft/lora.py": [[1, 9]]}))
-    assert "at src/megatron/bridge/peft/lora.py:231 in transform; not in lines this PR changed" in elsewhere.headline
+    other = {"lines": {"src/megatron/bridge/peft/lora.py": [[1, 9]]}, "functions": {}}
+    elsewhere = judge_run_dir(_run(matrix, tmp_path / "b", log, changes=other))
+    assert "at src/megatron/bridge/peft/lora.py:231 in transform; not in code this PR changed" in elsewhere.headline
+    inside = {"lines": {"src/megatron/bridge/peft/lora.py": [[235, 235]]}, "functions": {"src/megatron/bridge/peft/lora.py": ["LoRA.transform"]}}
+    verdict = judge_run_dir(_run(matrix, tmp_path / "c", log, changes=inside))
+    assert "in a function this PR changed: `LoRA.transform` at `src/megatron/bridge/peft/lora.py:231`" in verdict.headline
 
 
 def test_a_verl_megatron_failure_names_both_versions_and_no_provider_advice(matrix, tmp_path: Path) -> None:

@@ -1,26 +1,34 @@
 """What a verdict says about the culprit: the frame, whether it is code this PR changed, whose problem
 a failure with no Bridge frame is, and which Megatron-Core really ran.
 
-`changes` is the plan's changed line ranges of the PR (`{path: [[first, last], ...]}`, paths as in
-the Bridge repository), written into the run dir by the host (`changes.json`); a failing Bridge frame
-inside one of them is "in code this PR changed". Pure.
+`changes` is the plan's record of the PR's change, written into the run dir by the host
+(`changes.json`): `lines`, the added line ranges per path (`{path: [[first, last], ...]}`), and
+`functions`, the functions and classes those changes sit in (`{path: ["LoRA.transform", ...]}`). A
+failing Bridge frame on a changed line is "in code this PR changed"; one inside a changed function
+(the call a changed argument list feeds, say) is "in a function this PR changed". Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from verl_e2e.culprit import BRIDGE, MCORE, VERL, where
 from verl_e2e.evidence import Evidence
 
-Changes = Mapping[str, Sequence[Sequence[int]]]
+Changes = Mapping[str, Any]
 
 
-def _changed(frame: Mapping[str, Any], changes: Changes) -> bool:
+def _changed_line(frame: Mapping[str, Any], changes: Changes) -> bool:
     line = int(frame.get("line") or 0)
-    ranges = changes.get(str(frame.get("path", ""))) or ()
+    ranges = (changes.get("lines") or {}).get(str(frame.get("path", ""))) or ()
     return any(len(r) == 2 and int(r[0]) <= line <= int(r[1]) for r in ranges)
+
+
+def _changed_function(frame: Mapping[str, Any], changes: Changes) -> str | None:
+    """The changed function (qualname) the frame is in: a traceback names the function, not its class."""
+    names = (changes.get("functions") or {}).get(str(frame.get("path", ""))) or ()
+    return next((q for q in names if str(q).rsplit(".", 1)[-1] == frame.get("function")), None)
 
 
 def culprit_phrase(ev: Evidence | None, changes: Changes | None) -> str:
@@ -29,12 +37,17 @@ def culprit_phrase(ev: Evidence | None, changes: Changes | None) -> str:
     if not located:
         return ""
     culprit = located["culprit"]
-    changed = [f for f in reversed(located.get("bridge_frames") or []) if changes and _changed(f, changes)]
-    if changed:
-        f = changed[0]
-        return f" (in code this PR changed: `{f['path']}:{f['line']}` in `{f['function']}`)"
+    bridge = list(reversed(located.get("bridge_frames") or []))
+    if changes:
+        on_line = next((f for f in bridge if _changed_line(f, changes)), None)
+        if on_line is not None:
+            return f" (in code this PR changed: `{on_line['path']}:{on_line['line']}` in `{on_line['function']}`)"
+        for f in bridge:
+            qualname = _changed_function(f, changes)
+            if qualname:
+                return f" (in a function this PR changed: `{qualname}` at `{f['path']}:{f['line']}`)"
     if culprit["owner"] == BRIDGE:
-        tail = "; not in lines this PR changed" if changes else ""
+        tail = "; not in code this PR changed" if changes else ""
         return f" (at {where(culprit)}{tail})"
     return f" ({located['chain']})"
 

@@ -243,6 +243,7 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
     if files:
         context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
         context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})
+        context["changed_functions"] = {f.path: list(f.scopes) for f in files if f.path.endswith(".py") and f.scopes}
     return Plan(selection, expand(matrix, selection, args.model), context, uncovered(matrix, selection))
 
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from verl_e2e import junit, safefs
 from verl_e2e.cells import Cell
@@ -32,19 +33,24 @@ def _size(log: Path) -> int | None:
     return size
 
 
-def _changes(run_dir: Path) -> dict[str, list[list[int]]] | None:
-    """The PR's changed line ranges the host wrote beside the run (`changes.json`), if any."""
+def _changes(run_dir: Path) -> dict[str, Any] | None:
+    """The PR's changed lines and functions the host wrote beside the run (`changes.json`), if any:
+    {"lines": {path: [[first, last], ...]}, "functions": {path: [qualname, ...]}}."""
     try:
         data = json.loads(safefs.read_text(run_dir / "changes.json"))
     except (OSError, ValueError, safefs.UnsafeFileError):
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not isinstance(data.get("lines"), dict):
         return None
-    return {
-        str(k): [[int(a), int(b)] for a, b in v if isinstance(a, int) and isinstance(b, int)]
-        for k, v in data.items()
-        if isinstance(v, list) and all(isinstance(r, list) and len(r) == 2 for r in v)
+    lines = {
+        str(k): [[r[0], r[1]] for r in v if isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)]
+        for k, v in data["lines"].items()
+        if isinstance(v, list)
     }
+    functions = data.get("functions")
+    functions = functions if isinstance(functions, dict) else {}
+    named = {str(k): [str(q) for q in v if isinstance(q, str)] for k, v in functions.items() if isinstance(v, list)}
+    return {"lines": lines, "functions": named}
 
 
 def judge_run_dir(

@@ -68,5 +68,8 @@ def plan_changes(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    changes = (data.get("context") or {}).get("changes") if isinstance(data, dict) else None
-    return changes if isinstance(changes, dict) else None
+    context = (data.get("context") or {}) if isinstance(data, dict) else {}
+    changes, functions = context.get("changes"), context.get("changed_functions")
+    if not isinstance(changes, dict):
+        return None
+    return {"lines": changes, "functions": functions if isinstance(functions, dict) else {}}
