@@ -61,7 +61,11 @@ run() {
   shift
   local level=${cell#L}
   level=${level%%-*}
-  python3 -m verl_e2e plan --levels "$level" --family qwen --model local/tiny-qwen2 \
+  # with VERL_E2E_PLAN_BASE=REV the plan diffs the Bridge checkout's HEAD against REV, so the run dir
+  # knows the change's lines (changes.json) and what it pins
+  local diff=()
+  if [ -n "${VERL_E2E_PLAN_BASE:-}" ]; then diff=(--repo "$work/Megatron-Bridge" --base "$VERL_E2E_PLAN_BASE" --head HEAD); fi
+  python3 -m verl_e2e plan --levels "$level" --family qwen --model local/tiny-qwen2 "${diff[@]}" \
     --out "$work/plan-L$level.json" --format text >/dev/null
   # --num-gpus 1 --gpus 0: one GPU, named (the plan's cells ask for 2); data.dataloader_num_workers=0
   # for small hosts. The Megatron-Core is the default's choice (--megatron-lm auto: the pinned submodule,

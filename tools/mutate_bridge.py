@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Inject a realistic bug into a Megatron-Bridge checkout as one commit, to see which cell catches it.
+
+    python tools/mutate_bridge.py BRIDGE NAME       # commit mutation NAME on a branch off the base
+    python tools/mutate_bridge.py BRIDGE --reset    # back to the base commit (branch verl-e2e-base)
+    python tools/mutate_bridge.py --list
+
+Each mutation is an exact text replacement in Bridge 067f987's sources (it refuses a tree where the
+text is not found exactly once), committed on `mutant/<NAME>` so `verl-e2e plan --repo BRIDGE --base
+verl-e2e-base --head HEAD` sees a real diff. The commit's diff is printed. Used for the mutation runs
+kept in tests/fixtures/real-runs (see its README); nothing here is shipped to a site.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+BASE = "verl-e2e-base"
+# name -> (file, old text, new text, what it models, the cell expected to catch it)
+MUTATIONS = {
+    "lora-keyword": (
+        "src/megatron/bridge/peft/lora.py",
+        "                dropout_position=self.dropout_position,\n",
+        "                dropout_pos=self.dropout_position,\n",
+        "a keyword renamed in LoRA wrapping (the adapter no longer accepts it)",
+        "L0-lora-ddp-qwen",
+    ),
+    "save-filter": (
+        "src/megatron/bridge/training/checkpointing.py",
+        "                for parameter_name, parameter_value in checkpoint_section_value.items()\n"
+        "                if peft_config.adapter_key_filter(parameter_name)",
+        "                for parameter_name, parameter_value in checkpoint_section_value.item()\n"
+        "                if peft_config.adapter_key_filter(parameter_name)",
+        "the PEFT adapter filter applied at save breaks (a typo in the state-dict walk)",
+        "L1-save-resume-qwen",
+    ),
+    "provider-field": (
+        "src/megatron/bridge/models/qwen/qwen2_bridge.py",
+        "        provider.add_qkv_bias = True\n",
+        "        provider.add_qkv_bias = hf_pretrained.config.qkv_bias\n",
+        "a provider field read from a config key the HF config does not have",
+        "L0-lora-ddp-qwen",
+    ),
+}
+
+
+def git(bridge: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(bridge), "-c", "user.name=verl-e2e", "-c", "user.email=verl-e2e@localhost", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def reset(bridge: Path) -> None:
+    if not git(bridge, "branch", "--list", BASE).strip():
+        git(bridge, "branch", BASE)  # the first call marks the unmodified commit
+    git(bridge, "checkout", "-q", "-f", BASE)
+
+
+def mutate(bridge: Path, name: str) -> str:
+    path, old, new, what, _ = MUTATIONS[name]
+    reset(bridge)
+    source = bridge / path
+    text = source.read_text()
+    if text.count(old) != 1:
+        raise SystemExit(f"mutate_bridge: {path}: the text to replace is found {text.count(old)} times, not once")
+    git(bridge, "checkout", "-q", "-B", f"mutant/{name}")
+    source.write_text(text.replace(old, new))
+    git(bridge, "commit", "-qam", f"mutation {name}: {what}")
+    return git(bridge, "show", "--format=%H %s", "HEAD")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bridge", type=Path, nargs="?")
+    ap.add_argument("name", nargs="?", choices=sorted(MUTATIONS))
+    ap.add_argument("--reset", action="store_true")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args()
+    if args.list:
+        for name, (path, _, _, what, cell) in MUTATIONS.items():
+            print(f"{name:<16} {cell:<22} {path}: {what}")
+        return 0
+    if args.bridge is None or (args.name is None and not args.reset):
+        ap.error("pass BRIDGE and a mutation NAME (or --reset, or --list)")
+    if args.reset:
+        reset(args.bridge)
+        return 0
+    sys.stdout.write(mutate(args.bridge, args.name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
