@@ -35,6 +35,7 @@ setup() {
   mv "$work/unpack/Megatron-LM" "$work/Megatron-Bridge/3rdparty/Megatron-LM"
   rm -rf "$work/unpack"
   commit_tree "$work/verl" "verl from $(basename "$verl_tgz")"
+  if [ -n "${VERL_COMMIT:-}" ]; then git -C "$work/verl" tag "upstream-$VERL_COMMIT"; fi  # what the copy stands for
   if [ -n "$mlm_commit" ]; then
     # as a clone has it: Megatron-LM is a submodule, the Bridge commit records the commit it pins
     # (a gitlink), and the tarball's Megatron-LM tree is that commit's content

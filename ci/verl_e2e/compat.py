@@ -40,6 +40,19 @@ def pinned(bridge: Path) -> str | None:
     return fields[2] if proc.returncode == 0 and len(fields) >= 3 and fields[1] == "commit" else None
 
 
+def upstream(checkout: Path) -> str | None:
+    """The upstream commit a copied tree stands for: a tag `upstream-<full sha>` on its HEAD (an offline
+    node's verl is a one-commit copy of an upstream commit, whose own SHA names nothing)."""
+    proc = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(checkout), "tag", "--points-at", "HEAD", "upstream-*"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tags = [t.removeprefix("upstream-") for t in proc.stdout.split()] if proc.returncode == 0 else []
+    return next((t for t in tags if len(t) == 40 and all(c in "0123456789abcdef" for c in t)), None)
+
+
 def record_for(raw: Mapping[str, Any], verl: str) -> Mapping[str, Any] | None:
     """matrix.yaml's compatibility entry of this verl commit (full or abbreviated SHA)."""
     for entry in raw.get("compatibility") or []:

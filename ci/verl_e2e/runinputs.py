@@ -47,7 +47,7 @@ def megatron_choice(args: argparse.Namespace, matrix: Matrix) -> dict[str, Any]:
     notes = [pin_note(pins)] if any(p != compat.SUBMODULE for p in pins) else []
     if args.megatron_lm != "auto":
         return {"megatron_lm": args.megatron_lm, "notes": tuple(notes)}
-    verl = verl_commit(args.verl) if args.verl is not None else matrix.defaults.verl_ref
+    verl = compat.upstream(args.verl) or verl_commit(args.verl) if args.verl is not None else matrix.defaults.verl_ref
     choice = compat.choose(matrix.raw, verl, compat.pinned(args.bridge) if args.bridge else None, pins)
     if choice.limitation:
         notes.append(choice.limitation)
