@@ -7,6 +7,7 @@ records), and our own in tests/fixtures/real-runs/ (see its README for how each 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -92,3 +93,26 @@ def test_our_level1_without_modelopt_is_blocked(tmp_path: Path) -> None:
     v = _judge(OURS / "08-blocked-level1-save-missing-modelopt", tmp_path)
     assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
     assert "No module named 'modelopt'" in v.headline
+
+
+def test_our_level0_with_the_default_settings_passes_on_the_fallback_megatron(tmp_path: Path) -> None:
+    """Bridge 067f987 as a clone has it (its submodule pinned to 2a75ac1), run with no --megatron-lm:
+    the compatibility record knows verl 1dda039 fails with that commit, so the cell ran the installed
+    megatron-core and says so; every process recorded the Bridge functions it ran."""
+    v = _judge(OURS / "09-pass-level0-defaults-megatron-fallback", tmp_path)
+    assert v.result == "Pass", v.headline
+    assert any(x.startswith("known incompatibility: verl 1dda039") and "2a75ac1" in x for x in v.limitations)
+    assert any("megatron-core 0.19.2 installed in the environment" in x for x in v.limitations)
+    records = json.loads((OURS / "09-pass-level0-defaults-megatron-fallback/bridge-functions.json").read_text())
+    ran = {(f["file"], f["qualname"]) for f in records["functions"]}
+    assert ("src/megatron/bridge/peft/lora.py", "LoRA.transform") in ran  # reached only by a value and a string import
+    assert records["processes"]["run"] > 10  # the driver, Ray workers and their children each wrote records
+
+
+def test_our_lora_keyword_mutation_fails_in_the_changed_function(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py lora-keyword (mutation.diff), planned from the checkout and run for real."""
+    v = _judge(OURS / "10-fail-level0-mutation-lora-keyword", tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "model_build")
+    assert "TypeError: ParallelLinearAdapter.__init__() got an unexpected keyword argument 'dropout_pos'" in v.headline
+    assert "in a function this PR changed: `transform` at `src/megatron/bridge/peft/lora.py:255`" in v.headline
+    assert v.follow_ups[0].startswith("check the LoRA target modules")  # the PEFT hint, not the provider one
