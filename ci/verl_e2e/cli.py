@@ -16,7 +16,18 @@ from typing import NoReturn, TextIO
 
 import docker.errors
 
-from verl_e2e import __version__, cli_base, cli_github, cli_inspect, cli_run, cli_surface, runinputs, site, surface
+from verl_e2e import (
+    __version__,
+    cli_base,
+    cli_github,
+    cli_inspect,
+    cli_run,
+    cli_surface,
+    runinputs,
+    runtime,
+    site,
+    surface,
+)
 from verl_e2e.cells import expand, uncovered
 from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
 from verl_e2e.config import (
@@ -239,7 +250,7 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
             f"{args.command}: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
             "or explicit --levels (e.g. --levels 0)"
         )
-    selection = select(matrix, files or [], requested, families, surface.shipped())
+    selection = select(matrix, files or [], requested, families, surface.shipped(), ran=runtime.shipped())
     if files:
         context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
         context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})

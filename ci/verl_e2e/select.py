@@ -19,6 +19,7 @@ from verl_e2e.changes import ChangedFile
 from verl_e2e.config import LEVELS, Family, Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.registry import SHARED
+from verl_e2e.runtime import Ran, executed
 from verl_e2e.surface import MODELS, Surface
 
 SHARED_DIRS = SHARED
@@ -101,10 +102,11 @@ def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
 class _Scan:
     """One pass of the matrix's escalations, ignore lists, rules and aspects over the changed files."""
 
-    def __init__(self, matrix: Matrix, files: Sequence[ChangedFile], surface: Surface | None = None) -> None:
+    def __init__(self, matrix: Matrix, files: Sequence[ChangedFile], surface: Surface | None, ran: Sequence[Ran]):
         self.matrix = matrix
         self.files = files
         self.surface = surface
+        self.ran = ran
         self.col = _Collector()
         self.warnings: set[str] = set()
         self.ignored: dict[str, list[str]] = defaultdict(list)
@@ -116,16 +118,39 @@ class _Scan:
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         for file in files:
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
-            if group is not None:
+            # what real cells ran comes first: ignore lists and static reach can both miss it
+            executed = not file.cosmetic and self._executed(file)
+            if group is not None and not executed:
                 self.ignored[group].append(file.path)
             elif file.cosmetic:
                 self.cosmetic.append(file.path)
-            elif self._off_surface(file):
-                continue
             else:
+                if not executed and self._off_surface(file):
+                    continue
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
-                if not self._aspects(file) and not fired and file.path not in escalated:
+                if not self._aspects(file) and not fired and file.path not in escalated and not executed:
                     self.unmatched.append(file.path)
+                    self._unmatched_runs_level0(file)
+
+    def _executed(self, file: ChangedFile) -> bool:
+        """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
+        module_level = file.module_level or file.diff_lines is None
+        hits = [h for p in file.paths for h in executed(self.ran, p, file.scopes, module_level)]
+        shared = family_dir(file.path) in (None, *SHARED_DIRS)
+        for ran, qualname in hits:
+            for fam in [ran.family] if shared and ran.family in self.matrix.families else self._targets(
+                file.path, file, True
+            ):
+                why = f"a real {ran.cell} run executed the changed code (e.g. {qualname})"
+                self.col.add(ran.level, fam, {"all"}, ("executed", why), file.path)
+        return bool(hits)
+
+    def _unmatched_runs_level0(self, file: ChangedFile) -> None:
+        """On verl's surface but matched by nothing: Level 0 on its architecture's family, never nothing."""
+        if file.path.startswith("src/megatron/bridge/"):
+            why = "on verl's surface, but no rule, aspect or recorded run selected it: Level 0 by default"
+            for fam in self._targets(file.path, file, True):
+                self.col.add(0, fam, {"all"}, ("unmatched-surface", why), file.path)
 
     def _off_surface(self, file: ChangedFile) -> bool:
         """A src/ module verl never reaches, or a change only inside functions nothing verl calls reaches."""
@@ -353,15 +378,18 @@ def select(
     requested: Sequence[int] | None = None,
     family_override: Sequence[str] = (),
     surface: Surface | None = None,
+    *,
+    ran: Sequence[Ran] = (),
 ) -> Selection:
-    """Choose levels for `files`; `requested` (from a comment or dispatch) replaces the automatic choice."""
+    """Choose levels for `files`; `requested` (from a comment or dispatch) replaces the automatic choice.
+    `ran`: what recorded real cells executed (runtime.shipped()), consulted before static reach."""
     for name in family_override:
         if name not in matrix.families:
             raise UsageError(
                 f"--family {name}: unknown family{did_you_mean(name, matrix.families)}; "
                 f"expected one of the families in {matrix.source} (see `verl-e2e families`)"
             )
-    scan = _Scan(matrix, files, surface)
+    scan = _Scan(matrix, files, surface, ran)
     if requested is not None:
         scan.request(requested, family_override)
         return scan.selection(",".join(map(str, requested)))
