@@ -274,3 +274,18 @@ def test_a_malformed_event_is_one_line(name: str, tmp_path: Path, capsys: pytest
     assert main(["trigger", "--event-name", name, "--event", str(event)], env=env) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "GITHUB_EVENT_PATH" in err
+
+
+def test_a_superseded_run_never_posts_a_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A newer push cancels the cell jobs; the report still runs (always()), but must not turn the PR's
+    comment and check into "Fail ... cancelled": it keeps the last finished result."""
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--levels", "0", "--out", str(plan)], env={}) == 0
+    (tmp_path / "artifacts").mkdir()
+    args = ["report", str(tmp_path / "artifacts"), "--plan", str(plan), "--pr", "7", "--repo", "o/r", "--dry-run"]
+    capsys.readouterr()
+    assert main([*args, "--job-result", "cell=cancelled"], env={}) == 0
+    out = capsys.readouterr().out
+    assert "keep the last finished result" in out and "would upsert" not in out and "would POST" not in out
+    assert main([*args, "--job-result", "cell=failure"], env={}) == 1  # a real failure still reports
+    assert "would upsert" in capsys.readouterr().out

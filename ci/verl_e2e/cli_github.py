@@ -215,9 +215,15 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         pre_existing_fails=args.pre_existing_fails,
     )
     summary = args.summary or (Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None)
+    # cancelled, and no cell finished on its own (a cell's own deadline still leaves a verdict): superseded
+    superseded = "cancelled" in results.values() and all(
+        v.failure_class in ("did_not_report", "interrupted") for v in verdicts
+    )
+    if superseded:  # a newer push cancelled this run: its half-run cells say nothing; keep the last result
+        say("the run was cancelled (superseded by a newer run): the PR comment and check keep the last finished result")
     opts = PublishOptions(
-        comment=args.comment,
-        check=args.check,
+        comment=args.comment and not superseded,
+        check=args.check and not superseded,
         blocked_fails=not args.blocked_neutral,
         summary=summary,
         junit=args.junit,
@@ -227,6 +233,8 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
     client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
     done = publish(verdicts, ctx, opts, client, say)
     stdout.write(f"verl-e2e: {done['result']} ({len(verdicts)} cells)\n")
+    if superseded:
+        return 0
     if done["result"] == "Fail" and only_pre_existing(verdicts, ctx):
         stdout.write("verl-e2e: every failure is already on the merge base; not counted against the change\n")
         return 0
