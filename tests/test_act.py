@@ -461,6 +461,7 @@ def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, m
     provenance = json.loads((seed / "provenance.json").read_text())
     verl = world["site"]["verl_head"]  # the image bakes in the synthetic verl, as the change's run records
     provenance |= {"image": {"tag": world["site"]["image"]}, "verl": {"commit": verl[:12], "full_commit": verl}}
+    provenance["bridge"]["full_commit"] = world["base"]  # a base result counts only if it tested the merge base
     (seed / "provenance.json").write_text(json.dumps(provenance))
     fields = {
         "cell_id": cell.id,
@@ -469,6 +470,7 @@ def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, m
         "runner": ",".join(cell.runs_on),
     }
     entry = basecache.store(world["site"]["cache"], fields, seed)
+    assert entry is not None
     install(world["bridge"], world["site"], "--env FAKE_VERL_MODE=crash")
     try:
         with serve(Spec()) as (api, state):
