@@ -35,6 +35,14 @@ def engine_missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+def prepared(path: Path, what: str) -> Path:
+    """Data or a tool `.ci/run` fetches into .cache/: skipped with a message on a fresh clone, a failure
+    where CI promised it (VERL_E2E_REQUIRE_ENGINE=1)."""
+    if not path.exists():
+        engine_missing(f"{what} is missing at {path}: `.ci/run` fetches it (run it once, or set its variable)")
+    return path
+
+
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
     return load_matrix(ROOT / "matrix.yaml")

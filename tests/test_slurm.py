@@ -55,8 +55,14 @@ def _cmd(plan: Path, bridge: Path, verl: Path, out: Path, *extra: str) -> list[s
     ]  # fmt: skip
 
 
-def _queue(env: dict[str, str]) -> str:
-    return subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, env=env, check=False).stdout
+def _queue(env: dict[str, str], settle_s: float = 0.0) -> str:
+    """The job names still queued; a job scancel just ended may take slurmctld a moment to drop."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, env=env, check=False).stdout
+        if CELL not in names or time.monotonic() > deadline:
+            return names
+        time.sleep(1)
 
 
 def test_a_cell_runs_as_a_slurm_job_and_leaves_the_same_run_dir(
@@ -72,7 +78,7 @@ def test_a_cell_runs_as_a_slurm_job_and_leaves_the_same_run_dir(
     assert '"backend": "slurm"' in host and f'"job": "verl-e2e-{CELL}-' in host
     assert {"driver.log", "run.log", "verdict.json", "junit.xml", "evidence.json"} <= {p.name for p in out.iterdir()}
     assert "Training Progress" in (out / "run.log").read_text()  # streamed from srun into the phase log
-    assert CELL not in _queue(slurm)
+    assert CELL not in _queue(slurm, 30)
 
 
 def test_a_phase_deadline_inside_the_job_is_a_timeout_and_frees_the_allocation(
@@ -93,7 +99,7 @@ def test_a_phase_deadline_inside_the_job_is_a_timeout_and_frees_the_allocation(
     assert '"status": "timeout"' in (out / "phases.json").read_text()
     assert "submit_error" not in (out / "host.json").read_text()  # the job ran; its task failed
     assert verdict(out)["result"] in ("Fail", "Blocked")
-    assert CELL not in _queue(slurm)  # the job is gone from the queue, not left running
+    assert CELL not in _queue(slurm, 30)  # the job is gone from the queue, not left running
 
 
 def test_a_cancelled_run_scancels_its_job_and_still_leaves_a_verdict(
@@ -117,7 +123,7 @@ def test_a_cancelled_run_scancels_its_job_and_still_leaves_a_verdict(
         if CELL not in _queue(slurm):
             break
         time.sleep(1)
-    assert CELL not in _queue(slurm)
+    assert CELL not in _queue(slurm, 30)
 
 
 def test_a_job_slurm_refuses_is_blocked_with_slurms_reason(

@@ -24,7 +24,7 @@ from verl_e2e.trigger import (
     parse_command,
 )
 
-from .conftest import ROOT
+from .conftest import ROOT, prepared
 from .github_server import Spec, serve
 
 EXAMPLES = Path(os.environ.get("VERL_E2E_WEBHOOK_EXAMPLES", ROOT / ".cache/webhooks/index.json"))
@@ -33,7 +33,8 @@ HEAD, BASE = "1" * 40, "2" * 40
 
 @pytest.fixture(scope="session")
 def examples() -> dict[str, list[dict]]:
-    return {e["name"]: e["examples"] for e in json.loads(EXAMPLES.read_text())}
+    path = prepared(EXAMPLES, "GitHub's webhook examples (npm @octokit/webhooks-examples)")
+    return {e["name"]: e["examples"] for e in json.loads(path.read_text())}
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,10 +95,16 @@ def test_values_from_run_dirs_never_render_as_markdown(tmp_path: Path, matrix: M
     run = write_run_dir(tmp_path / "run", cell, {"run": failing}, statuses={"run": "failed"})
     verdict = judge_run_dir(run)
     body = render([verdict], Context(job_failures=[hostile]))
-    table = [line for line in body.splitlines() if line.startswith("| `")]
-    link = re.compile(r"(?<!\\)\]\(")  # an unescaped `](`: a link
-    assert table and all("<img" not in row and "@everyone" not in row and not link.search(row) for row in table)
-    head = body.split("\n\n| Cell")[0]
-    assert "<img" not in head and "@everyone" not in head
+    # rendered as GitHub would: log text sits only in code spans (no HTML, link or mention renders there)
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(body.split("<details>")[0])
+    inline = [t for t in tokens if t.type == "inline"]
+    assert any("evil.example" in t.content for t in inline)
+    for token in inline:
+        for child in token.children or []:
+            assert child.type not in ("html_inline", "link_open", "image"), (child.type, token.content[:120])
+            if child.type == "text":
+                assert "<img" not in child.content and "@everyone" not in child.content, child.content
     summary = next(line for line in body.splitlines() if line.startswith("<details>"))
     assert summary.count("<code>") == 1 and "</code><img" not in summary and "@everyone" not in summary

