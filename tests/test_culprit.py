@@ -112,7 +112,8 @@ def test_a_verl_megatron_failure_names_both_versions_and_no_provider_advice(matr
     provenance = {"megatron_lm": "/workspace/Megatron-Bridge/3rdparty/Megatron-LM", "megatron_lm_commit": "2a75ac1" + "0" * 33}
     verdict = judge_run_dir(_run(matrix, tmp_path, log, provenance))
     (follow,) = verdict.follow_ups
-    assert follow.startswith("a verl/Megatron-Core compatibility problem, not this PR's Bridge code")
+    assert follow.startswith("reads as a verl/Megatron-Core compatibility problem, no Bridge frame on the failing path")
+    assert "if the merge base passes this cell" in follow  # no Bridge frame is not proof of innocence
     assert "verl 1dda039 with the PR's 3rdparty/Megatron-LM submodule at 2a75ac100000" in follow
     assert "mpu" not in " ".join(verdict.follow_ups)
 
@@ -154,4 +155,4 @@ def test_the_real_verl_megatron_incompatibility_is_not_blamed_on_bridge(name: st
     verdict = judge_run_dir(run)
     assert verdict.result == "Fail" and verdict.failure_class == "model_build"
     assert "raised in verl (verl/utils/megatron_utils.py:525 in unwrap_model)" in verdict.headline
-    assert verdict.follow_ups[0].startswith("a verl/Megatron-Core compatibility problem")
+    assert verdict.follow_ups[0].startswith("reads as a verl/Megatron-Core compatibility problem")

@@ -88,7 +88,8 @@ def compatibility_follow_up(ev: Evidence | None, provenance: Mapping[str, Any]) 
     verl = provenance.get("verl") or {}
     verl_at = str(verl.get("commit") or "(commit not recorded)") if isinstance(verl, Mapping) else "?"
     return (
-        f"a verl/Megatron-Core compatibility problem, not this PR's Bridge code ({located['chain']}): verl "
-        f"{verl_at} with {megatron_source(provenance)}; run with a Megatron-Core this verl supports "
-        "(--megatron-lm installed) or move the verl pin"
+        f"reads as a verl/Megatron-Core compatibility problem, no Bridge frame on the failing path "
+        f"({located['chain']}): verl {verl_at} with {megatron_source(provenance)}; if the merge base passes "
+        "this cell, a Bridge value this PR hands to verl is still the suspect; else run with a Megatron-Core "
+        "this verl supports (--megatron-lm installed) or move the verl pin"
     )
