@@ -147,15 +147,23 @@ def test_site_srun_options_are_validated_one_by_one(
     assert proc.returncode == 2 and "not one srun option" in proc.stderr
 
 
-def test_pyxis_jobs_mount_the_checkout_read_only_and_write_only_scratch(matrix, tmp_path: Path) -> None:
-    cell = cell_for(matrix, 0)
-    scratch = tmp_path / "scratch"
-    opts = RunOptions(
+def _slurm_options(tmp_path: Path, **extra: object) -> RunOptions:
+    """A Slurm cell's options over checkouts under `tmp_path` (the command is built, nothing runs)."""
+    return RunOptions(
         cell_file=tmp_path / "cell.json",
         bridge=tmp_path / "bridge",
         out=tmp_path / "out",
         backend="slurm",
         verl=tmp_path / "verl",
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_pyxis_jobs_mount_the_checkout_read_only_and_write_only_scratch(matrix, tmp_path: Path) -> None:
+    cell = cell_for(matrix, 0)
+    scratch = tmp_path / "scratch"
+    opts = _slurm_options(
+        tmp_path,
         cache={"models": tmp_path / "cache/models"},
         container_paths={"models": "/cache/models"},
         slurm_container="nvcr.io#verlai/verl:vllm017",
@@ -196,14 +204,7 @@ def test_the_job_step_exports_an_allow_list_not_the_runners_environment(matrix, 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth0")
     cell = cell_for(matrix, 0)
-    opts = RunOptions(
-        cell_file=tmp_path / "cell.json",
-        bridge=tmp_path / "bridge",
-        out=tmp_path / "out",
-        backend="slurm",
-        verl=tmp_path / "verl",
-        env={"VERL_E2E_GSM8K_RAW": "/cache/datasets/gsm8k"},
-    )
+    opts = _slurm_options(tmp_path, env={"VERL_E2E_GSM8K_RAW": "/cache/datasets/gsm8k"})
     cmd, env = srun_command(cell, opts, tmp_path / "scratch", "verl-e2e-x")
     export = next(a for a in cmd if a.startswith("--export=")).split("=", 1)[1].split(",")
     assert "--export=ALL" not in cmd
