@@ -5,6 +5,9 @@
 # should fail. Needs `tools/offline_node.sh setup WORK ... MEGATRON_LM_COMMIT` first.
 #
 #   tools/mutation_runs.sh WORK [NAME...]     (default: baseline and every mutation)
+#
+# Besides the mutations: `baseline` (Level 0), `save-resume` (Level 1) and `moe` (Level 0 of the
+# qwen3_moe family on the tiny Qwen3-MoE) run the unmodified checkout, recording what each executed.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:?usage: mutation_runs.sh WORK [NAME...]}
@@ -16,9 +19,15 @@ export PYTHONPATH="$repo/ci:$work/site${PYTHONPATH:+:$PYTHONPATH}"
 
 for name in "${names[@]}"; do
   started=$(date +%s)
-  if [ "$name" = baseline ]; then
+  unset FAMILY MODEL
+  if [ "$name" = baseline ] || [ "$name" = save-resume ] || [ "$name" = moe ]; then
     python3 "$repo/tools/mutate_bridge.py" "$bridge" --reset
     cell=L0-lora-ddp-qwen
+    [ "$name" = save-resume ] && cell=L1-save-resume-qwen
+    if [ "$name" = moe ]; then
+      cell=L0-lora-ddp-qwen3_moe
+      export FAMILY=qwen3_moe MODEL=local/tiny-qwen3-moe
+    fi
     unset VERL_E2E_PLAN_BASE
   else
     python3 "$repo/tools/mutate_bridge.py" "$bridge" "$name" > "$work/diff-$name.txt"

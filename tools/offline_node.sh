@@ -6,8 +6,10 @@
 #   tools/offline_node.sh setup WORK WHEELS_DIR VERL_TGZ BRIDGE_TGZ MAKE_ASSETS_PY [MEGATRON_LM_COMMIT]
 #   tools/offline_node.sh run WORK CELL_ID [extra run-cell flags...]
 #
+# `run` plans the cell on the tiny Qwen2 (family qwen); FAMILY=qwen3_moe MODEL=local/tiny-qwen3-moe
+# runs the MoE family on the tiny Qwen3-MoE that setup also makes.
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
-# inside), cache/ (models/local/tiny-qwen2, datasets/gsm8k) and runs/<CELL_ID>/ (the run dirs).
+# inside), cache/ (models/local/tiny-qwen2 and tiny-qwen3-moe, datasets/gsm8k) and runs/<CELL_ID>/ (the run dirs).
 # Every setting the node needs is a run-cell flag below, nothing is edited by hand.
 set -euo pipefail
 
@@ -54,6 +56,9 @@ setup() {
   rm -rf "$work/cache/models/local/tiny-qwen2"
   cp -r "$work/assets/tiny/qwen2" "$work/cache/models/local/tiny-qwen2"
   cp "$work/assets/data/"*.parquet "$work/cache/datasets/gsm8k/"
+  # a tiny random Qwen3-MoE with the same tokenizer, for the MoE family's cells
+  rm -rf "$work/cache/models/local/tiny-qwen3-moe"
+  python3 "$repo/tools/make_tiny_moe.py" "$work/cache/models/local/tiny-qwen2" "$work/cache/models/local/tiny-qwen3-moe"
   echo "offline_node: set up in $work"
 }
 
@@ -66,7 +71,7 @@ run() {
   # knows the change's lines (changes.json) and what it pins
   local diff=()
   if [ -n "${VERL_E2E_PLAN_BASE:-}" ]; then diff=(--repo "$work/Megatron-Bridge" --base "$VERL_E2E_PLAN_BASE" --head HEAD); fi
-  python3 -m verl_e2e plan --levels "$level" --family qwen --model local/tiny-qwen2 "${diff[@]}" \
+  python3 -m verl_e2e plan --levels "$level" --family "${FAMILY:-qwen}" --model "${MODEL:-local/tiny-qwen2}" "${diff[@]}" \
     --out "$work/plan-L$level.json" --format text >/dev/null
   # --num-gpus 1 --gpus 0: one GPU, named (the plan's cells ask for 2); data.dataloader_num_workers=0
   # for small hosts. The Megatron-Core is the default's choice (--megatron-lm auto: the pinned submodule,
