@@ -58,7 +58,8 @@ setup() {
   cp "$work/assets/data/"*.parquet "$work/cache/datasets/gsm8k/"
   # a tiny random Qwen3-MoE with the same tokenizer, for the MoE family's cells
   rm -rf "$work/cache/models/local/tiny-qwen3-moe"
-  python3 "$repo/tools/make_tiny_moe.py" "$work/cache/models/local/tiny-qwen2" "$work/cache/models/local/tiny-qwen3-moe"
+  python3 "$repo/tools/make_tiny_moe.py" "$work/cache/models/local/tiny-qwen2" "$work/cache/models/local/tiny-qwen3-moe" \
+    || echo "offline_node: the tiny Qwen3-MoE was not made (see above); the MoE family's cells cannot run here" >&2
   echo "offline_node: set up in $work"
 }
 
