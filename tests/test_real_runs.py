@@ -116,3 +116,47 @@ def test_our_lora_keyword_mutation_fails_in_the_changed_function(tmp_path: Path)
     assert "TypeError: ParallelLinearAdapter.__init__() got an unexpected keyword argument 'dropout_pos'" in v.headline
     assert "in a function this PR changed: `transform` at `src/megatron/bridge/peft/lora.py:255`" in v.headline
     assert v.follow_ups[0].startswith("check the LoRA target modules")  # the PEFT hint, not the provider one
+
+
+def test_our_level1_records_the_save_path_that_level0_never_runs(tmp_path: Path) -> None:
+    """Level 1 on the defaults (fallback Megatron-Core), every process tracing: the save and resume
+    phases ran Bridge's PEFT state-dict filter, which the Level 0 record (09) never shows."""
+    v = _judge(OURS / "11-pass-level1-save-resume-records", tmp_path)
+    assert v.result == "Pass", v.headline
+    assert {"[save] saved global_step_1", "[resume] resumed from global_step_1"} <= set(v.key_lines)
+
+    def ran(run: str) -> set[tuple[str, str]]:
+        records = json.loads((OURS / run / "bridge-functions.json").read_text())
+        return {(f["file"], f["qualname"]) for f in records["functions"]}
+
+    save_filter = ("src/megatron/bridge/training/checkpointing.py", "apply_peft_adapter_filter_to_state_dict")
+    assert save_filter in ran("11-pass-level1-save-resume-records")
+    assert save_filter not in ran("09-pass-level0-defaults-megatron-fallback")
+
+
+def test_our_tiny_moe_level0_passes_and_records_the_moe_path(tmp_path: Path) -> None:
+    """The qwen3_moe family's Level 0 on tools/make_tiny_moe.py's 8-expert model (one GPU, EP=1)."""
+    v = _judge(OURS / "12-pass-level0-tiny-qwen3-moe", tmp_path)
+    assert v.result == "Pass", v.headline
+    assert v.family == "qwen3_moe" and v.model == "local/tiny-qwen3-moe"
+    assert "MoE at COMMON_EP=1: expert routing across ranks is not stressed" in v.limitations
+    records = json.loads((OURS / "12-pass-level0-tiny-qwen3-moe/bridge-functions.json").read_text())
+    files = {f["file"] for f in records["functions"]}
+    assert "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py" in files
+
+
+def test_our_save_filter_mutation_fails_at_save_in_the_changed_function(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py save-filter: the Level 0 record alone planned only Level 0 for it
+    (plan-before.txt), which never saves; with the Level 1 record the plan selects Level 1, and that
+    cell fails at the save, naming the changed line. No save is counted."""
+    run = OURS / "13-fail-level1-mutation-save-filter"
+    assert "Level 1  Save/resume: no changed path matched" in (run / "plan-before.txt").read_text()
+    v = _judge(run, tmp_path)
+    assert (v.result, v.failure_class, v.failed_phase) == ("Fail", "checkpoint_save", "save")
+    assert "AttributeError: 'dict' object has no attribute 'item'" in v.headline
+    assert (
+        "in code this PR changed: `src/megatron/bridge/training/checkpointing.py:3356` in "
+        "`apply_peft_adapter_filter_to_state_dict`" in v.headline
+    )
+    saves = next(c for c in v.checks if c.name == "saves")
+    assert saves.result == "Fail" and "saved nothing" in saves.detail
