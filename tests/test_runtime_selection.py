@@ -17,28 +17,59 @@ from verl_e2e.select import select
 RUN = Path(__file__).parent / "fixtures/real-runs/09-pass-level0-defaults-megatron-fallback"
 
 
-def _change(path: str, qualname: str) -> ChangedFile:
-    """A one-line change inside `qualname` (its scopes as the AST reader names them)."""
-    return ChangedFile(path, diff_lines=("+    x = 1",), scopes=tuple(qualname.split(".")), module_level=False)
+def _change(path: str, qualname: str, *, trees: bool = True) -> ChangedFile:
+    """A one-line change inside `qualname`, as `plan --repo` reads it from both ASTs (its scopes, and
+    the innermost def it sits in, which a tracer names with `<locals>`); `trees=False`: a diff alone."""
+    inner = (qualname.replace(".<locals>", ""),) if trees else None
+    scopes = tuple(qualname.replace(".<locals>", "").split("."))
+    return ChangedFile(path, diff_lines=("+    x = 1",), scopes=scopes, module_level=False, functions=inner)
 
 
 def _levels(matrix, files: list[ChangedFile], ran) -> set[int]:
     return set(select(matrix, files, surface=surface.shipped(), ran=ran).levels)
 
 
+RUNS = {
+    "L0-lora-ddp-qwen": RUN,
+    "L1-save-resume-qwen": RUN.parent / "11-pass-level1-save-resume-records",
+    "L0-lora-ddp-qwen3_moe": RUN.parent / "12-pass-level0-tiny-qwen3-moe",
+}
+
+
 def test_the_shipped_records_are_the_real_runs() -> None:
-    (shipped,) = [r for r in runtime.shipped() if r.cell == "L0-lora-ddp-qwen"]
-    assert shipped == runtime.from_run_dir(RUN)
+    shipped = {r.cell: r for r in runtime.shipped()}
+    assert set(shipped) == set(RUNS)
+    for cell, run in RUNS.items():
+        assert shipped[cell] == runtime.from_run_dir(run), cell
 
 
-def test_every_function_a_real_cell_ran_gets_a_cell_when_changed(matrix) -> None:
-    """The issue's measure: a one-line change inside each executed function selects a level (1.0)."""
+@pytest.mark.parametrize("cell", sorted(RUNS))
+def test_every_function_a_real_cell_ran_gets_that_cells_level_when_changed(matrix, cell: str) -> None:
+    """The issue's measure: a one-line change inside each executed function gets a cell (1.0), and
+    the level is the one of a cell that ran it."""
     ran = runtime.shipped()
-    (record,) = [r for r in ran if r.cell == "L0-lora-ddp-qwen"]
+    (record,) = [r for r in ran if r.cell == cell]
     functions = [(p, q) for p, qs in record.functions.items() for q in qs if q != "<module>"]
     assert len(functions) > 500
-    missed = [(p, q) for p, q in functions if 0 not in _levels(matrix, [_change(p, q)], ran)]
+    missed = [(p, q) for p, q in functions if record.level not in _levels(matrix, [_change(p, q)], ran)]
     assert missed == []
+
+
+def test_shared_code_both_families_ran_runs_one_family_and_moe_only_code_the_moe_one(matrix) -> None:
+    ran = runtime.shipped()
+    generic = select(matrix, [_change("src/megatron/bridge/peft/lora.py", "LoRA.transform")], ran=ran)
+    assert set(generic.targets[0]) == {"qwen"}  # the MoE cell ran it too, but one family proves it
+    expert = _change(
+        "src/megatron/bridge/models/conversion/peft_bridge.py", "MegatronPeftBridge._gather_expert_adapter_weight"
+    )
+    moe = select(matrix, [expert], ran=ran)
+    assert "qwen3_moe" in moe.targets[0]  # only the MoE cell ran it: the MoE family runs it
+
+
+def test_the_save_path_only_level1_ran_selects_level1(matrix) -> None:
+    """Bridge's PEFT filter at save: the Level 0 record never ran it, the Level 1 record did."""
+    change = _change("src/megatron/bridge/training/checkpointing.py", "apply_peft_adapter_filter_to_state_dict")
+    assert {0, 1} <= _levels(matrix, [change], runtime.shipped())
 
 
 def test_lora_transform_is_selected_by_what_ran_though_static_reach_misses_it(matrix) -> None:
@@ -58,6 +89,30 @@ def test_a_change_on_the_surface_that_nothing_matched_still_runs_level0(matrix) 
     assert any(r.to_json()["rule"] == "unmatched-surface" for r in chosen.reasons[0])
 
 
+def test_a_class_body_that_ran_at_import_says_nothing_about_its_methods() -> None:
+    """With the trees, a change inside a method matches that method's record only; the class body
+    (recorded because the module was imported) matches a change in the class body itself."""
+    rec = runtime.Ran(0, "lora-ddp", "qwen", "b" * 40, "v" * 40, {"src/megatron/bridge/x.py": frozenset({"Cfg"})})
+    path = "src/megatron/bridge/x.py"
+    assert runtime.executed([rec], path, ("Cfg", "validate"), False, ("Cfg.validate",)) == []
+    assert runtime.executed([rec], path, ("Cfg",), False, ("Cfg",)) == [(rec, "Cfg")]
+    # a diff alone cannot tell which of the scopes a line is in: the enclosing class counts
+    assert runtime.executed([rec], path, ("Cfg", "validate"), False, None) == [(rec, "Cfg")]
+
+
+def test_a_nested_function_matches_its_traced_name() -> None:
+    rec = runtime.Ran(
+        0,
+        "lora-ddp",
+        "qwen",
+        "b" * 40,
+        "v" * 40,
+        {"src/megatron/bridge/peft/base.py": frozenset({"PEFT.__call__.<locals>._validate_only"})},
+    )
+    hits = runtime.executed([rec], "src/megatron/bridge/peft/base.py", (), False, ("PEFT.__call__._validate_only",))
+    assert hits == [(rec, "PEFT.__call__.<locals>._validate_only")]
+
+
 def test_a_record_of_another_file_selects_nothing_by_itself(matrix) -> None:
     ran = [runtime.Ran(1, "save-resume", "qwen", "b" * 40, "v" * 40, {"src/megatron/bridge/x.py": frozenset({"f"})})]
     assert runtime.executed(ran, "src/megatron/bridge/y.py", ("f",), False) == []
@@ -71,6 +126,8 @@ def test_surface_runs_merges_a_run_dir_and_refuses_one_without_records(
     out = tmp_path / "runtime.json"
     assert main(["surface", "--runs", str(RUN), "--out", str(out)], env={}) == 0
     data = json.loads(out.read_text())
-    assert [c["level"] for c in data["cells"]] == [0] and "src/megatron/bridge/peft/lora.py" in data["cells"][0]["functions"]
+    assert [c["level"] for c in data["cells"]] == [0] and "src/megatron/bridge/peft/lora.py" in data["cells"][0][
+        "functions"
+    ]
     assert main(["surface", "--runs", str(tmp_path), "--out", str(out)], env={}) == 2
     assert "needs cell.json" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import pytest
 from verl_e2e.callgraph import reachable_symbols, unreached_symbols
 from verl_e2e.diffs import parse_unified_diff
 from verl_e2e.registry import architectures_by_file, registrations
-from verl_e2e.scopes import enclosing, outside_defs
+from verl_e2e.scopes import enclosing, innermost, outside_defs
 
 P = "src/megatron/bridge"
 
@@ -104,6 +104,14 @@ def test_ast_scopes_find_the_method_a_hunk_header_does_not_name() -> None:
     assert enclosing(source, [14]) == ["helper"]
     assert not outside_defs(source, [9, 14]) and outside_defs(source, [11])
     assert enclosing(b"def broken(:\n", [1]) == []  # a file that does not parse yields nothing
+
+
+def test_innermost_names_the_code_object_a_line_belongs_to() -> None:
+    source = textwrap.dedent(PROVIDER).encode()
+    assert innermost(source, [9]) == ["Provider.finalize"]  # not the class body around it
+    assert innermost(source, [9, 14]) == ["Provider.finalize", "helper"]
+    assert innermost(source, [11]) == []  # module level: no def of its own
+    assert innermost(b"def broken(:\n", [1]) == []
 
 
 def test_registrations_in_every_form_bridge_uses() -> None:

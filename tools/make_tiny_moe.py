@@ -23,8 +23,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def make(tokenizer_dir: Path, out: Path, experts: int, top_k: int) -> int:
     """Write the checkpoint; returns its parameter count."""
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    # torch and transformers exist on the GPU node only; --help and argument errors work without them
+    import torch  # noqa: PLC0415
+    from transformers import (  # noqa: PLC0415
+        AutoTokenizer,
+        GenerationConfig,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -69,14 +75,17 @@ def main() -> int:
     ap.add_argument("--top-k", type=int, default=2)
     args = ap.parse_args()
     if not (args.tokenizer_dir / "tokenizer_config.json").is_file():
-        print(f"make_tiny_moe: {args.tokenizer_dir} has no tokenizer_config.json; pass a local HF model directory",
-              file=sys.stderr)
+        print(
+            f"make_tiny_moe: {args.tokenizer_dir} has no tokenizer_config.json; pass a local HF model directory",
+            file=sys.stderr,
+        )
         return 2
     if not 1 <= args.top_k <= args.experts:
         print(f"make_tiny_moe: --top-k {args.top_k} must be between 1 and --experts {args.experts}", file=sys.stderr)
         return 2
     params = make(args.tokenizer_dir, args.out, args.experts, args.top_k)
-    print(f"make_tiny_moe: {args.out}: Qwen3MoeForCausalLM, {args.experts} experts (top-{args.top_k}), {params} parameters")
+    what = f"Qwen3MoeForCausalLM, {args.experts} experts (top-{args.top_k}), {params} parameters"
+    print(f"make_tiny_moe: {args.out}: {what}")
     return 0
 
 

@@ -15,7 +15,7 @@ from verl_e2e.aspects import code_lines
 from verl_e2e.changes import ChangedFile
 from verl_e2e.diffs import FileDiff
 from verl_e2e.registry import architectures_by_file, loose_registrations
-from verl_e2e.scopes import enclosing, outside_defs, scope_names
+from verl_e2e.scopes import enclosing, innermost, outside_defs, scope_names
 from verl_e2e.surface import MODELS, Surface
 
 
@@ -64,7 +64,8 @@ def with_ast_scopes(
         names += enclosing(after, d.added_at)
         outside |= outside_defs(after, d.added_at)
         scopes = tuple(dict.fromkeys((*f.scopes, *scope_names(names))))
-        out.append(replace(f, scopes=scopes, module_level=outside or f.status in "AD"))
+        inner = tuple(dict.fromkeys((*innermost(before, d.removed_at), *innermost(after, d.added_at))))
+        out.append(replace(f, scopes=scopes, functions=inner, module_level=outside or f.status in "AD"))
     return out
 
 

@@ -37,21 +37,45 @@ class Ran:
         return f"L{self.level}-{self.variant}-{self.family}"
 
 
-def executed(records: Sequence[Ran], path: str, scopes: Sequence[str], module_level: bool) -> list[tuple[Ran, str]]:
+def executed(
+    records: Sequence[Ran],
+    path: str,
+    scopes: Sequence[str],
+    module_level: bool,
+    functions: Sequence[str] | None = None,
+) -> list[tuple[Ran, str]]:
     """The recorded cells that ran the changed code, each with the function that shows it.
 
-    A scope matches a recorded function whose qualname ends in it (`transform` -> `LoRA.transform`);
-    a module-level change matches where the module itself ran (`<module>`)."""
+    With `functions` (the innermost def/class of each changed line, from the ASTs) a record matches
+    exactly that code object: a class body that ran at import says nothing about its methods. With
+    scope names only (a diff without the trees), a recorded function whose name is among them
+    matches (`transform` -> `LoRA.transform`), the innermost first. A module-level change matches
+    where the module itself ran (`<module>`)."""
     found = []
     for ran in records:
         names = ran.functions.get(path) or frozenset()
-        matching = [q for q in names if q.rsplit(".", 1)[-1] in scopes and q != "<module>"]
+        if functions is not None:
+            wanted = set(functions)
+            matching = [q for q in names if q.replace(".<locals>", "") in wanted]
+        else:
+            matching = [q for q in names if q.rsplit(".", 1)[-1] in scopes and q != "<module>"]
         hit = max(matching, key=lambda q: (q.count("."), q)) if matching else None  # the innermost one
         if hit is None and module_level and "<module>" in names:
             hit = "<module>"
         if hit is not None:
             found.append((ran, hit))
     return found
+
+
+def one_per_level(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, str]]:
+    """For shared code: one recorded cell per level, `prefer`'s family where it ran the code.
+
+    Code that the dense and the MoE cell of a level both ran is generic: one family proves it. Code
+    that only a MoE (or other kind's) cell ran is that kind's code, so that cell's family is kept."""
+    chosen: dict[int, tuple[Ran, str]] = {}
+    for ran, name in sorted(hits, key=lambda h: (h[0].family != prefer, h[0].cell)):
+        chosen.setdefault(ran.level, (ran, name))
+    return [chosen[level] for level in sorted(chosen)]
 
 
 def from_run_dir(run_dir: Path) -> Ran | None:

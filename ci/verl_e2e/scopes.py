@@ -50,6 +50,27 @@ def enclosing(source: bytes | None, lines: Iterable[int]) -> list[str]:
     return list(found)
 
 
+def innermost(source: bytes | None, lines: Iterable[int]) -> list[str]:
+    """The qualified name of the innermost def/class around each of `lines` (module-level lines add none).
+
+    This is the code object a changed line belongs to, as a tracer names it (less `<locals>`): a
+    line of `Cls.method` is `Cls.method`'s code, not the class body's, though both enclose it."""
+    wanted = sorted(set(lines))
+    if source is None or not wanted:
+        return []
+    try:
+        spans = _spans(ast.parse(source))
+    except (SyntaxError, ValueError):
+        return []
+    starts = [s for s, _, _ in spans]
+    found: dict[str, None] = {}
+    for line in wanted:
+        around = [(s, name) for s, e, name in spans[: bisect_right(starts, line)] if s <= line <= e]
+        if around:
+            found[max(around, key=lambda a: (a[1].count("."), a[0]))[1]] = None
+    return list(found)
+
+
 def outside_defs(source: bytes | None, lines: Iterable[int]) -> bool:
     """Whether any of `lines` lies outside every def/class (module-level code); unknown source: True."""
     wanted = set(lines)
