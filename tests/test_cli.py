@@ -12,6 +12,8 @@ from .conftest import ROOT
 
 PLAN_KEYS = {
     "schema_version",
+    "gpu_budget",
+    "deferred",
     "requested",
     "levels",
     "families",

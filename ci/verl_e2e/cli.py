@@ -18,6 +18,7 @@ import docker.errors
 
 from verl_e2e import (
     __version__,
+    budget,
     cli_base,
     cli_github,
     cli_inspect,
@@ -113,6 +114,20 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
         help="run on this model family instead (repeatable or comma list)",
     )
     p.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
+    p.add_argument(
+        "--budget",
+        type=_minutes,
+        metavar="GPU_MINUTES",
+        help="GPU-minutes an automatic plan may spend; cells over it are listed as not run, with the request "
+        "that runs them (default: matrix.yaml's defaults.gpu_budget_minutes; 0: no limit; explicit --levels "
+        "are not limited)",
+    )
+
+
+def _minutes(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPU-minutes (e.g. 240; 0: no limit)")
+    return int(text)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -255,7 +270,10 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
         context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
         context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})
         context["changed_functions"] = {f.path: list(f.scopes) for f in files if f.path.endswith(".py") and f.scopes}
-    return Plan(selection, expand(matrix, selection, args.model), context, uncovered(matrix, selection))
+    cells = expand(matrix, selection, args.model)
+    limit = matrix.defaults.gpu_budget_minutes if args.budget is None else args.budget
+    chosen = budget.apply(cells, selection, limit or None if requested is None else None)
+    return Plan(selection, chosen.run, context, uncovered(matrix, selection), chosen)
 
 
 def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:

@@ -127,6 +127,7 @@ class Defaults:
     container_paths: Mapping[str, str]
     host_cache: str
     max_matrix_jobs: int
+    gpu_budget_minutes: int = 240  # per automatic plan; 0: no limit (budget.py)
     kind_families: Mapping[str, str] = field(default_factory=dict)  # variant kind -> family for generic changes
 
 
@@ -324,6 +325,7 @@ def _build(doc: Mapping[str, Any], source: str) -> Matrix:
         container_paths=dict(d["container_paths"]),
         host_cache=d.get("host_cache", "/var/cache/verl-e2e"),
         max_matrix_jobs=d.get("max_matrix_jobs", 256),
+        gpu_budget_minutes=d.get("gpu_budget_minutes", 240),
         kind_families=dict(d.get("kind_families", {})),
     )
     families = {name: _family(name, node) for name, node in sorted(doc["families"].items())}

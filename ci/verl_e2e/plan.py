@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_e2e.budget import Budgeted, request
 from verl_e2e.cells import Cell, github_matrix, gpu_minutes
 from verl_e2e.config import Matrix
 from verl_e2e.select import Selection
@@ -29,6 +30,7 @@ class Plan:
     cells: list[Cell]
     context: dict[str, Any] = field(default_factory=dict)  # source, base/head/merge base, changed-file count
     uncovered: dict[int, list[str]] = field(default_factory=dict)  # selected level -> why it has no cell
+    budgeted: Budgeted | None = None  # the cells over the GPU budget, with the requests that run them
 
     def to_json(self) -> dict[str, Any]:
         s = self.selection
@@ -47,6 +49,8 @@ class Plan:
             "warnings": list(s.warnings),
             "cells": [c.to_json() for c in self.cells],
             "gpu_minutes": gpu_minutes(self.cells),
+            "gpu_budget": self.budgeted.budget if self.budgeted else None,
+            "deferred": self.budgeted.deferred_json() if self.budgeted else [],
             "matrix": json.loads(github_matrix(self.cells)),
             "context": self.context,
         }
@@ -100,7 +104,17 @@ def render_text(plan: Plan, matrix: Matrix) -> str:
     for c in plan.cells:
         dummy = " (dummy)" if c.dummy_config is not None else ""
         out.append(f"  {c.id:<{width}}  {c.gpus} GPU  {c.timeout_minutes:>3} min  {c.model}{dummy}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _deferred_text(plan)) + "\n"
+
+
+def _deferred_text(plan: Plan) -> list[str]:
+    b = plan.budgeted
+    if b is None or not b.deferred:
+        return []
+    out = [f"Not run (GPU budget of {b.budget} GPU-minutes): {len(b.deferred)} cell(s), run each with"]
+    width = max(len(c.id) for c in b.deferred)
+    out += [f"  {c.id:<{width}}  {c.gpus * c.minutes:>4} GPU-min  {request(c)}" for c in b.deferred]
+    return out
 
 
 def render_markdown(plan: Plan, matrix: Matrix) -> str:
@@ -119,6 +133,10 @@ def render_markdown(plan: Plan, matrix: Matrix) -> str:
                 f"| `{c.id}` | {c.level} {matrix.levels[c.level].title} | `{c.model}` "
                 f"| {c.gpus} | {c.timeout_minutes} min |"
             )
+        lines.append("")
+    if plan.budgeted is not None and plan.budgeted.deferred:
+        lines += [f"**Not run (GPU budget of {plan.budgeted.budget} GPU-minutes):**", ""]
+        lines += [f"- `{c.id}`: comment `{request(c)}`" for c in plan.budgeted.deferred]
         lines.append("")
     lines += ["| Level | Selected | Why |", "|---|---|---|"]
     for level in sorted(matrix.levels):

@@ -67,15 +67,16 @@ def executed(
     return found
 
 
-def one_per_level(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, str]]:
-    """For shared code: one recorded cell per level, `prefer`'s family where it ran the code.
+def cheapest(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, str]]:
+    """The one recorded cell that suffices to run the changed code: the lowest level that ran it,
+    on `prefer`'s family where that cell ran it.
 
-    Code that the dense and the MoE cell of a level both ran is generic: one family proves it. Code
-    that only a MoE (or other kind's) cell ran is that kind's code, so that cell's family is kept."""
-    chosen: dict[int, tuple[Ran, str]] = {}
-    for ran, name in sorted(hits, key=lambda h: (h[0].family != prefer, h[0].cell)):
-        chosen.setdefault(ran.level, (ran, name))
-    return [chosen[level] for level in sorted(chosen)]
+    Code that Level 0 and Level 1 both ran (imports, model build, LoRA wrapping) is proven to run by
+    Level 0; Level 1 is selected by execution only for what only it runs (the save and resume path).
+    Likewise code the dense and the MoE cell both ran is generic, and code only the MoE cell ran
+    keeps that cell's family."""
+    ranked = sorted(hits, key=lambda h: (h[0].level, h[0].family != prefer, h[0].cell))
+    return ranked[:1]
 
 
 def from_run_dir(run_dir: Path) -> Ran | None:

@@ -19,7 +19,7 @@ from verl_e2e.changes import ChangedFile
 from verl_e2e.config import LEVELS, Family, Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.registry import SHARED
-from verl_e2e.runtime import Ran, executed, one_per_level
+from verl_e2e.runtime import Ran, cheapest, executed
 from verl_e2e.surface import MODELS, Surface
 
 SHARED_DIRS = SHARED
@@ -137,7 +137,7 @@ class _Scan:
         module_level = file.module_level or file.diff_lines is None
         hits = [h for p in file.paths for h in executed(self.ran, p, file.scopes, module_level, file.functions)]
         shared = family_dir(file.path) in (None, *SHARED_DIRS)
-        for ran, qualname in one_per_level(hits, self.matrix.defaults.family) if shared else hits:
+        for ran, qualname in cheapest(hits, self.matrix.defaults.family):
             known = shared and ran.family in self.matrix.families
             why = f"a real {ran.cell} run executed the changed code (e.g. {qualname})"
             for fam in [ran.family] if known else self._targets(file.path, file, True):
