@@ -8,6 +8,7 @@ from verl_e2e import budget
 from verl_e2e.cells import expand, gpu_minutes
 from verl_e2e.changes import ChangedFile
 from verl_e2e.cli import main
+from verl_e2e.report import Context, render
 from verl_e2e.select import select
 
 
@@ -75,3 +76,11 @@ def test_plan_lists_what_waits_and_explicit_levels_are_not_limited(capsys) -> No
 def test_budget_must_be_a_whole_number(capsys) -> None:
     assert main(["plan", "--example", "--budget", "lots"]) == 2
     assert "whole number of GPU-minutes" in capsys.readouterr().err
+
+
+def test_the_comment_says_what_the_budget_left_out() -> None:
+    waiting = [{"id": "L5-learning-signal-qwen", "gpu_minutes": 120, "request": "/verl-e2e level=5 family=qwen"}]
+    body = render([], Context(deferred=waiting))
+    assert "1 cell not run (GPU budget)" in body.splitlines()[1]
+    assert "- `L5-learning-signal-qwen` (120 GPU-minutes): comment `/verl-e2e level=5 family=qwen`" in body
+    assert "no verl run needed" not in body

@@ -216,3 +216,50 @@ def test_validate_lists_every_cross_field_problem(subproc, tmp_path: Path) -> No
 def test_plan_refuses_a_model_that_is_not_a_checkpoint_id(subproc) -> None:
     result = subproc("plan", "--levels", "0", "--model", "not a model")
     assert result.code == 2 and "not a checkpoint id" in result.err
+
+
+def test_settings_kept_in_repository_variables_and_secret_expressions(bridge: Path) -> None:
+    """Bridge keeps its runner labels in `vars`: the expression is written in for the workflow to read."""
+    done = _install(bridge, "--runners", "${{ vars.GPU_RUNNERS }}", "--image-runner", "${{ vars.DOCKER_RUNNER }}",
+                    "--base-image", "${{ vars.VERL_BASE_IMAGE }}", "--cache-root", "${{ vars.CI_CACHE }}",
+                    "--gpu-budget", "${{ vars.VERL_E2E_BUDGET }}",
+                    "--hf-token-secret", "${{ secrets.BRIDGE_HF_TOKEN }}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    e2e = _with(bridge)
+    assert e2e["with"]["runners"] == "${{ vars.GPU_RUNNERS }}"
+    assert e2e["with"]["image_runner"] == "${{ vars.DOCKER_RUNNER }}"
+    assert (
+        e2e["with"]["base_image"] == "${{ vars.VERL_BASE_IMAGE }}"
+        and e2e["with"]["gpu_budget"] == "${{ vars.VERL_E2E_BUDGET }}"
+    )
+    warmup = (bridge / ".github/workflows/verl-e2e-warmup.yml").read_text()
+    assert "${{ secrets.BRIDGE_HF_TOKEN }}" in warmup  # the name taken from the expression
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--runners", '{"1": ["self-hosted", "gpu-1"], "2": ["self-hosted", "gpu-2"]}', "cells need 4"),
+        ("--gpu-budget", "lots", "expected whole GPU-minutes"),
+        ("--base-image", "not an image!", "expected an image reference"),
+        ("--hf-token-secret", "${{ vars.TOKEN }}", "expected a secret name"),
+        ("--runners", "${{ github.event.comment.body }}", "expected JSON"),  # only vars are read this way
+    ],
+)
+def test_installer_refuses_settings_that_cannot_work(bridge: Path, flag: str, value: str, says: str) -> None:
+    done = _install(bridge, flag, value)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (bridge / ".github/workflows/verl-e2e-pr.yml").exists()
+
+
+def test_a_base_image_and_budget_reach_the_reusable_workflow(bridge: Path) -> None:
+    assert (
+        _install(
+            bridge, "--base-image", "mirror.example.com/verlai/verl:vllm024.dev2", "--gpu-budget", "120"
+        ).returncode
+        == 0
+    )
+    for caller in ("verl-e2e-pr.yml", "verl-e2e-comment.yml", "verl-e2e-dispatch.yml"):
+        e2e = _with(bridge, caller)
+        assert e2e["with"]["base_image"] == "mirror.example.com/verlai/verl:vllm024.dev2", caller
+        assert e2e["with"]["gpu_budget"] == "120", caller

@@ -210,6 +210,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         skipped=plan.get("skipped", {}),
         reasons=plan.get("reasons", {}),
         uncovered=plan.get("uncovered", {}),
+        deferred=[d for d in plan.get("deferred") or [] if isinstance(d, dict)],
         section=_section(args.section),
         job_failures=job_failures,
         pre_existing_fails=args.pre_existing_fails,

@@ -50,6 +50,7 @@ class Context:
     job_failures: Sequence[str] = ()  # workflow jobs that failed or were cancelled (e.g. "plan: failure")
     pre_existing_fails: bool = False  # site setting: a failure already on the merge base fails the check
     uncovered: Mapping[str, Sequence[str]] = field(default_factory=dict)  # selected level -> why it has no cell
+    deferred: Sequence[Mapping[str, Any]] = ()  # cells over the GPU budget (plan.json `deferred`)
     section: str = ""  # "" for the automatic run's comment; e.g. "request-123" for a comment's own
 
 
@@ -120,8 +121,10 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
         parts += "; " + ", ".join(f"{n} {what.split(' (')[0]}" for what, n in sorted(versus.items()))
     if verdicts:
         title += f" ({len(verdicts)} cell{'s' if len(verdicts) != 1 else ''}: {parts})"
-    elif not ctx.job_failures and not ctx.uncovered:
+    elif not ctx.job_failures and not ctx.uncovered and not ctx.deferred:
         title += " (no verl run needed)"
+    if ctx.deferred:
+        title += f"; {len(ctx.deferred)} cell{'s' if len(ctx.deferred) != 1 else ''} not run (GPU budget)"
     where = []
     if ctx.sha:
         where.append(f"As of commit {ctx.sha[:12]}" + (f", merge base {ctx.merge_base[:12]}" if ctx.merge_base else ""))
@@ -186,6 +189,19 @@ def uncovered_levels(ctx: Context) -> list[str]:
     return ["", "**Not covered**", "", *lines] if lines else []
 
 
+def deferred_cells(ctx: Context) -> list[str]:
+    """Cells the plan selected but left over the GPU budget, each with the comment that runs it."""
+    lines = [
+        f"- `{md(d.get('id'))}` ({md(d.get('gpu_minutes'))} GPU-minutes): comment `{md(d.get('request'))}`"
+        for d in ctx.deferred
+    ]
+    return (
+        ["", "**Not run (GPU budget)**: selected for this change, but over the site's budget per push", "", *lines]
+        if lines
+        else []
+    )
+
+
 def skipped_levels(ctx: Context) -> list[str]:
     if not ctx.skipped:
         return []
@@ -198,7 +214,7 @@ def skipped_levels(ctx: Context) -> list[str]:
 def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, with_marker: bool = True) -> str:
     """The whole comment (or job summary), never longer than `limit` characters."""
     head = [*([marker(ctx.section)] if with_marker else []), *headline(verdicts, ctx), "", *table(verdicts)]
-    head += uncovered_levels(ctx)
+    head += uncovered_levels(ctx) + deferred_cells(ctx)
     tail = [*skipped_levels(ctx), "", f"<sub>Comment with {USAGE} to run other levels.</sub>"]
     failing = [v for v in verdicts if v.result in ("Fail", "Blocked")]
     passing = [v for v in verdicts if v not in failing]

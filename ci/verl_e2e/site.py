@@ -13,9 +13,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from verl_e2e.config import load_matrix
 from verl_e2e.errors import UsageError
 
 LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+# a repository or organisation variable, written in: the workflow reads it when it runs
+VARIABLE = re.compile(r"\$\{\{ *vars\.[A-Za-z_][A-Za-z0-9_]{0,99} *\}\}")
+SECRET_REF = re.compile(r"\$\{\{ *secrets\.([A-Za-z_][A-Za-z0-9_]{0,99}) *\}\}")
+# settings a site may keep in a variable (`${{ vars.NAME }}`), as Bridge keeps its runner labels
+FROM_VARIABLE = frozenset(
+    {"runners", "image_runner", "warmup_runner", "image", "image_repository", "base_image", "cache_root", "gpu_budget"}
+)
 SECRET = re.compile(r"[A-Z_][A-Z0-9_]{0,99}")
 SHA = re.compile(r"[0-9a-f]{40}")
 IMAGE_REPOSITORY = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+")
@@ -42,6 +50,8 @@ SETTINGS = (
     Setting("image", "--image", "", "a fixed image instead of building or reusing one"),
     Setting("image_repository", "--image-repository", "",
             "registry repository the image is pushed to and pulled from (how it reaches the GPU hosts)"),
+    Setting("base_image", "--base-image", "",
+            "the image build's base instead of matrix.yaml's, e.g. a registry mirror's copy of it"),
     Setting("registry_secret", "--registry-secret", "VERL_E2E_REGISTRY_TOKEN",
             "name of the secret holding the registry token (passed to the workflow as registry_token)"),
     Setting("cache_root", "--cache-root", "/var/cache/verl-e2e",
@@ -59,6 +69,8 @@ SETTINGS = (
             "a failed cell on the merge base: off, cache or auto (run it once)"),
     Setting("same_repo_prs", "--same-repo-prs", "false",
             "pull_request events from the repository's own branches run cells too (forks never do)"),
+    Setting("gpu_budget", "--gpu-budget", "",
+            "GPU-minutes an automatic plan may spend per push (0: no limit; default matrix.yaml's, 240)"),
 )  # fmt: skip
 BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -96,11 +108,19 @@ def runners(value: str) -> dict[int, list[str]]:
 
 
 def check(key: str, value: str) -> str:
-    """Validate one setting's value; returns it unchanged (one clear line when it is wrong)."""
+    """Validate one setting's value; returns it (a secret written `${{ secrets.NAME }}` as its NAME).
+
+    A `${{ vars.NAME }}` value is accepted where FROM_VARIABLE allows it: the variable's content is
+    only known when the workflow runs, where the plan checks runner labels and the budget again."""
+    if key in FROM_VARIABLE and VARIABLE.fullmatch(value):
+        return value
+    named = SECRET_REF.fullmatch(value)
+    if key in ("registry_secret", "hf_token_secret") and named:
+        value = named.group(1)
     if key in ("image_runner", "warmup_runner"):
         labels(value, BY_KEY[key].flag)
     elif key == "runners" and value:
-        runners(value)
+        fits(runners(value))
     elif key in ("registry_secret", "hf_token_secret") and not SECRET.fullmatch(value):
         raise UsageError(f"{BY_KEY[key].flag} {value!r}: expected a secret name such as VERL_E2E_REGISTRY_TOKEN")
     elif key == "verl_ref" and value:
@@ -119,7 +139,24 @@ def check(key: str, value: str) -> str:
         raise UsageError(f"--cache-root {value[:80]!r}: expected an absolute path, e.g. /var/cache/verl-e2e")
     elif key == "run_cell_args" and value:
         run_cell_args(value)
+    elif key == "gpu_budget" and value and not value.isdigit():
+        raise UsageError(f"--gpu-budget {value[:80]!r}: expected whole GPU-minutes (e.g. 240; 0: no limit)")
+    elif key == "base_image" and value and not IMAGE.fullmatch(value):
+        raise UsageError(
+            f"--base-image {value[:80]!r}: expected an image reference, e.g. mirror.example.com/verlai/verl:TAG"
+        )
     return value
+
+
+def fits(counts: dict[int, list[str]]) -> None:
+    """Every variant of the shipped matrix needs a runner with at least its GPU count."""
+    need = sorted({v.gpus for lvl in load_matrix().levels.values() for v in lvl.variants})
+    missing = [n for n in need if n > max(counts)]
+    if missing:
+        raise UsageError(
+            f"--runners: the largest runner has {max(counts)} GPU(s), but cells need {', '.join(map(str, missing))}; "
+            f"add labels for {max(missing)} GPUs (cells run on the smallest runner with enough GPUs)"
+        )
 
 
 def run_cell_args(value: str) -> list[str]:
