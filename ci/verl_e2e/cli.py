@@ -269,7 +269,11 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
     if files:
         context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
         context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})
-        context["changed_functions"] = {f.path: list(f.scopes) for f in files if f.path.endswith(".py") and f.scopes}
+        context["changed_functions"] = {
+            f.path: list(f.functions if f.functions is not None else f.scopes)
+            for f in files
+            if f.path.endswith(".py") and (f.functions or f.scopes)
+        }
     cells = expand(matrix, selection, args.model)
     limit = matrix.defaults.gpu_budget_minutes if args.budget is None else args.budget
     chosen = budget.apply(cells, selection, limit or None if requested is None else None)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from verl_e2e import junit, safefs
+from verl_e2e import coverage, junit, safefs
 from verl_e2e.cells import Cell
 from verl_e2e.evidence import Evidence
 from verl_e2e.parallel import parse_file
@@ -53,6 +53,31 @@ def _changes(run_dir: Path) -> dict[str, Any] | None:
     return {"lines": lines, "functions": named}
 
 
+def _ran(run_dir: Path) -> list[tuple[str, str]] | None:
+    """(path, qualname) of every Bridge function the cell's processes recorded; None without a record."""
+    try:
+        data = json.loads(safefs.read_text(run_dir / "bridge-functions.json", 64 * 1024 * 1024))
+    except (OSError, ValueError, safefs.UnsafeFileError):
+        return None
+    items = data.get("functions") if isinstance(data, dict) else None
+    return [
+        (i["file"], i["qualname"])
+        for i in items or []
+        if isinstance(i, dict) and isinstance(i.get("file"), str) and isinstance(i.get("qualname"), str)
+    ]
+
+
+def with_coverage(verdict: Verdict, run_dir: Path) -> Verdict:
+    """The verdict with the PR's changed functions this cell executed (both records in the run dir)."""
+    changes, ran = _changes(run_dir), _ran(run_dir)
+    found = coverage.measure(changes["functions"], ran) if changes and ran is not None else None
+    if found is None:
+        return verdict
+    extra = [x for x in [found.limitation()] if x and x not in verdict.limitations]
+    record = {"summary": found.summary(), "executed": list(found.executed), "not_executed": list(found.not_executed)}
+    return replace(verdict, coverage=record, limitations=[*verdict.limitations, *extra])
+
+
 def judge_run_dir(
     path: str | Path,
     baseline_log: str | Path | None = None,
@@ -87,6 +112,7 @@ def judge_run_dir(
         problems=run.problems,
         changes=_changes(run.path),
     )
+    verdict = with_coverage(verdict, run.path)
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())
     safefs.write_text(run.path / "junit.xml", junit.render([verdict]))

@@ -154,18 +154,29 @@ def _ran_with(verdicts: Sequence[Verdict]) -> str:
     return "Ran with " + "; ".join(parts) if parts else ""
 
 
+def changed_code(v: Verdict) -> str:
+    """How much of the PR's changed code the cell ran: '3 of 4', or a warning when none."""
+    cov = v.coverage or {}
+    ran, missed = len(cov.get("executed") or ()), len(cov.get("not_executed") or ())
+    if not ran + missed:
+        return "-"
+    return f"{ran} of {ran + missed}" + (" (none ran)" if not ran else "")
+
+
 def table(verdicts: Sequence[Verdict]) -> list[str]:
     if not verdicts:
         return []
+    covered = any(v.coverage for v in verdicts)  # the column appears once the plan named changed functions
+    column = (" Changed code ran |", "---|") if covered else ("", "")
     rows = [
-        "| Cell | Level | Variant | Model | Result | Duration | Key line |",
-        "|---|---|---|---|---|---|---|",
+        "| Cell | Level | Variant | Model | Result | Duration |" + column[0] + " Key line |",
+        "|---|---|---|---|---|---|" + column[1] + "---|",
     ]
     for v in sorted(verdicts, key=lambda v: (ORDER.get(v.result, 9), v.level, v.cell_id)):
         rows.append(
             f"| `{md(v.cell_id)}` | {v.level} | {md(v.variant)} | `{md(v.model)}` "
             f"| {ICON.get(v.result, '')} {v.result} "
-            f"| {_duration(v.duration_s)} | {code(key_line(v))} |"
+            f"| {_duration(v.duration_s)} |" + (f" {changed_code(v)} |" if covered else "") + f" {code(key_line(v))} |"
         )
     return rows
 

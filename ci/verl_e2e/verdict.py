@@ -70,6 +70,7 @@ class Verdict:
     log_capture: str = ""
     exception: str | None = None  # the root exception of the first failed phase, "Type: message"
     comparison: dict[str, str] | None = None  # against the merge base (`regression.compare`), if known
+    coverage: dict[str, Any] | None = None  # the PR's changed functions it executed (`coverage.measure`)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -342,6 +343,7 @@ def render_text(v: Verdict) -> str:
             if v.comparison
             else []
         ),
+        *([f"- Changed code: {v.coverage['summary']}"] if v.coverage else []),
         f"- Command: {v.command or 'not recorded'}",
         f"- Key lines: {'; '.join(v.key_lines) or 'none'}",
         "Limitations:",
