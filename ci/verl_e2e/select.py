@@ -20,6 +20,7 @@ from verl_e2e.config import LEVELS, Family, Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.registry import SHARED
 from verl_e2e.runtime import Ran, cheapest, executed
+from verl_e2e.skipped import skip_reason
 from verl_e2e.surface import MODELS, Surface
 
 SHARED_DIRS = SHARED
@@ -335,7 +336,9 @@ class _Scan:
             targets=targets,
             reasons={lv: tuple(reasons[lv]) for lv in sorted(reasons)},
             skipped={
-                lv: self._skip_reason(lv, requested)
+                lv: skip_reason(
+                    self.matrix, lv, requested, changed=len(self.files), ignored=self.ignored, undecided=self.undecided
+                )
                 for lv in LEVELS
                 if lv not in targets and lv not in self.unsupported
             },
@@ -347,28 +350,6 @@ class _Scan:
             warnings=tuple(sorted(self.warnings)),
             requested=requested,
         )
-
-    def _skip_reason(self, level: int, requested: str) -> str:
-        if requested != "auto":
-            return "not requested"
-        if not self.files:
-            return "no changed files"
-        if sum(map(len, self.ignored.values())) == len(self.files):
-            return "every changed path is ignored (" + ", ".join(sorted(self.ignored)) + ")"
-        rules = [r.name for r in (*self.matrix.escalations, *self.matrix.rules) if level in r.levels]
-        if level == 4:
-            rules.append("architecture (MoE/VLM/MTP families)")
-        listed = ", ".join(rules)
-        text = f"no changed path matched its rules ({listed})" if rules else "no rule selects it"
-        if self.matrix.levels[level].optional:
-            text = f"optional: runs only on request or when a changed path matches its rules ({listed})"
-        if self.undecided.get(level):
-            text += (
-                "; "
-                + ", ".join(sorted(self.undecided[level]))
-                + " needs the diff to decide (plan with --diff or --repo)"
-            )
-        return text
 
 
 def select(
