@@ -53,6 +53,7 @@ class Aspect:
     kind: str = "all"  # which variants of the selected levels apply: "all" or one of KINDS
     paths: PathSet | None = None  # limit to these files (default: every file on verl's surface)
     strings: bool = True  # False: string literals are blanked before matching (names in tables, messages)
+    architecture: str | None = None  # a kind only some families have: shared code runs on that kind's family
 
 
 def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspect, ...]:
@@ -65,7 +66,8 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
             raise ConfigError(f"{where}[{i}].pattern: not a regular expression ({exc}); fix the pattern") from None
         paths = PathSet.parse(node.get("paths", DEFAULT_PATHS), f"{where}[{i}].paths")
         levels, kind = frozenset(node["levels"]), node.get("kind", "all")
-        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, node.get("strings", True)))
+        strings, arch = node.get("strings", True), node.get("architecture")
+        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch))
     return tuple(out)
 
 

@@ -102,7 +102,9 @@ def _limitations(
     out = list(matrix.levels[0].limitations)
     if level != 0:
         out += matrix.levels[level].limitations
-    out += variant.limitations
+    out += [x for x in variant.limitations if not ("lora" in kinds and "full-parameter" in x)]
+    if "lora" in kinds and variant.applies_to == "custom":
+        out.append("custom layers trained with LoRA adapters (the change is to LoRA code) at TP=2 for one step")
     if ref.dummy is not None:
         out.append(
             f"dummy model (random weights, {ref.model} architecture shrunk): proves construction and "
@@ -120,7 +122,10 @@ def _limitations(
 def _cell(
     matrix: Matrix, *, level: int, variant: Variant, family: Family, kinds: frozenset[str], model: str | None
 ) -> Cell:
-    ref = family.model_for(variant.applies_to)
+    # a change that is MoE code runs its other architecture-specific variants (QAT, custom layers) on the
+    # family's MoE model too: grouped-expert quantisation or expert layers exist only there
+    moe_code = "moe" in kinds and family.moe_model is not None and variant.applies_to in ("quant", "custom")
+    ref = family.moe_model if moe_code and family.moe_model is not None else family.model_for(variant.applies_to)
     suffix = "-moe" if ref is family.moe_model else ""
     if model is not None:
         ref = ModelRef(model)
@@ -129,9 +134,12 @@ def _cell(
     lvl = matrix.levels[level]
     base = dict(matrix.base_env)
     common_args = list(matrix.levels[0].args) + (list(lvl.args) if level != 0 else []) + list(variant.args)
+    variant_env = dict(variant.env)
+    if "lora" in kinds and variant.applies_to == "custom":  # the change is to LoRA code: keep LoRA on
+        variant_env.pop("LORA_RANK", None)
     phases = []
     for phase in variant.phases:
-        env = base | (dict(lvl.env) if level != 0 else {}) | dict(variant.env) | _model_env(matrix, family, ref, suffix)
+        env = base | (dict(lvl.env) if level != 0 else {}) | variant_env | _model_env(matrix, family, ref, suffix)
         env |= _runtime_env(matrix, variant.gpus) | dict(phase.env)
         phases.append(
             CellPhase(phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect))

@@ -38,7 +38,7 @@ class Phase:
 @dataclass(frozen=True)
 class Variant:
     name: str
-    applies_to: Literal["all", "moe", "vlm", "mtp"]
+    applies_to: Literal["all", "moe", "vlm", "mtp", "quant", "custom"]
     gpus: int
     minutes: int
     timeout_minutes: int

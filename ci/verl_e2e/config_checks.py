@@ -94,4 +94,17 @@ def semantic_problems(doc: Mapping[str, Any], source: str) -> list[str]:
     _families(doc, source, problems)
     _rules(doc, source, problems)
     _runners(doc, source, problems)
+    _architectures(doc, source, problems)
     return problems
+
+
+def _architectures(doc: Mapping[str, Any], source: str, problems: list[str]) -> None:
+    """An aspect that names an architecture kind needs a family of that kind to run on."""
+    kinds = doc.get("defaults", {}).get("kind_families", {})
+    for i, node in enumerate(doc.get("aspects", [])):
+        arch = node.get("architecture")
+        if arch is not None and arch not in kinds:
+            problems.append(
+                f"{source}::$.aspects[{i}].architecture: {arch!r} has no family; add "
+                f"defaults.kind_families.{arch} (a family whose model has such layers)"
+            )

@@ -25,6 +25,8 @@ from verl_e2e.surface import MODELS, Surface
 
 SHARED_DIRS = SHARED
 FLAGS = ("moe", "vlm", "mtp")
+PEFT = "src/megatron/bridge/peft/"
+LORA = "lora"  # a target kind marker: the change is to LoRA code, so its custom-layers cell keeps LoRA
 
 
 @dataclass(frozen=True)
@@ -192,8 +194,11 @@ class _Scan:
             if not targets:
                 self._no_family(file.path, file, hit.aspect.levels)
             for fam in targets:
-                kind = hit.aspect.kind
+                kind, arch = hit.aspect.kind, hit.aspect.architecture
                 target = self._kind_family(fam, kind)
+                if arch is not None and fam == self.matrix.defaults.family:  # shared code of one kind of layer
+                    target = self.matrix.defaults.kind_families.get(arch, target)
+                kinds = {kind, LORA} if kind == "custom" and file.path.startswith(PEFT) else {kind}
                 for level in sorted(hit.aspect.levels):
                     if target is None:
                         self.unsupported[level].add(
@@ -201,7 +206,7 @@ class _Scan:
                             f"({hit.aspect.name}); add {kind}_model to families.{fam} to run it"
                         )
                         continue
-                    self.col.add(level, target, {kind}, (f"aspect:{hit.aspect.name}", why), file.path)
+                    self.col.add(level, target, kinds, (f"aspect:{hit.aspect.name}", why), file.path)
         return bool(hits)
 
     def _kind_family(self, fam: str, kind: str) -> str | None:

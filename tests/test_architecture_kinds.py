@@ -1,0 +1,67 @@
+"""Family choice by architecture kind: shared code that only some architectures run goes to a family
+that has it (not the dense default, which would never execute it)."""
+
+from __future__ import annotations
+
+from verl_e2e.cells import expand
+from verl_e2e.changes import ChangedFile
+from verl_e2e.select import select
+
+MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
+
+
+def _change(path: str, line: str, scopes: tuple[str, ...]) -> ChangedFile:
+    return ChangedFile(path, diff_lines=(line,), scopes=scopes, module_level=False, functions=(".".join(scopes),))
+
+
+def test_a_mamba_mapping_change_runs_the_hybrid_family(matrix) -> None:
+    change = _change(
+        MAPPING, "+        conv = self.mamba_conv1d_split(weight)", ("MambaConv1dMapping", "hf_to_megatron")
+    )
+    sel = select(matrix, [change])
+    assert "nemotronh" in sel.targets[4]
+    assert "nemotronh" in sel.targets[0]  # its Level 0 comes along
+    cells = {c.id for c in expand(matrix, sel)}
+    assert "L4-custom-layers-nemotronh" in cells and "L4-custom-layers-qwen" not in cells
+
+
+def test_a_gated_delta_change_runs_a_family_with_gated_deltanet_layers(matrix) -> None:
+    change = _change(MAPPING, "+        q, k, v = split_gdn_in_proj(x)", ("GDNLinearMapping", "megatron_to_hf"))
+    sel = select(matrix, [change])
+    assert matrix.defaults.kind_families["gdn"] in sel.targets[4]
+
+
+def test_a_lora_change_to_layer_code_keeps_lora_in_the_custom_layers_cell(matrix) -> None:
+    change = _change(
+        "src/megatron/bridge/peft/lora_layers.py",
+        "+        out = self.core_attention(x) * scale",
+        ("LoRALinear", "forward"),
+    )
+    sel = select(matrix, [change])
+    (cell,) = [c for c in expand(matrix, sel) if c.variant == "custom-layers"]
+    assert cell.phases[0].env["LORA_RANK"] == "4"  # the base's rank, not the full-parameter 0
+    assert any("trained with LoRA adapters" in x for x in cell.limitations)
+    assert not any("full-parameter" in x for x in cell.limitations)
+
+
+def test_a_layer_change_outside_lora_stays_full_parameter(matrix) -> None:
+    change = _change(
+        "src/megatron/bridge/models/gpt_provider.py",
+        "+    spec.submodules.core_attention = Attn",
+        ("default_layer_spec",),
+    )
+    sel = select(matrix, [change])
+    (cell,) = [c for c in expand(matrix, sel) if c.variant == "custom-layers"]
+    assert cell.phases[0].env["LORA_RANK"] == "0"
+
+
+def test_moe_quantisation_code_runs_qat_on_the_moe_model(matrix) -> None:
+    change = _change(
+        "src/megatron/bridge/models/conversion/quant_mapping.py",
+        "+        amax = self.grouped_expert_amax(num_experts)",
+        ("MoeAmaxFanoutMapping", "megatron_to_hf"),
+    )
+    sel = select(matrix, [change])
+    cells = {c.variant: c for c in expand(matrix, sel) if c.level == 4}
+    family = matrix.families[cells["qat"].family]
+    assert family.moe_model is not None and cells["qat"].model == family.moe_model.model
