@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from verl_e2e.judging import judge_run_dir
+from verl_e2e.report import Context, render
 from verl_e2e.verdict import Verdict, render_text
 
 from .conftest import SHARED
@@ -160,3 +161,12 @@ def test_our_save_filter_mutation_fails_at_save_in_the_changed_function(tmp_path
     )
     saves = next(c for c in v.checks if c.name == "saves")
     assert saves.result == "Fail" and "saved nothing" in saves.detail
+
+
+def test_the_fallback_megatron_is_said_once_at_the_top_of_the_comment(tmp_path: Path) -> None:
+    """Two real cells that ran the compatibility fallback: one notice under the headline, not one per cell."""
+    runs = ("09-pass-level0-defaults-megatron-fallback", "11-pass-level1-save-resume-records")
+    body = render([_judge(OURS / name, tmp_path) for name in runs], Context())
+    assert body.count("**Megatron-Core:**") == 1
+    top = body.split("| Cell |", 1)[0]
+    assert "verl 1dda039 does not run with the pinned Megatron-LM 2a75ac1" in top

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 SUBMODULE = "3rdparty/Megatron-LM"
+KNOWN = "known incompatibility: "  # how the limitation starts; the report shows it once at the top
 
 
 @dataclass(frozen=True)
 class Choice:
     megatron_lm: str  # submodule | installed
     limitation: str | None = None  # what the verdict says about the choice (None: the PR's own pin ran)
-    notice: str | None = None  # the one line the PR comment shows at the top
 
 
 def pinned(bridge: Path) -> str | None:
@@ -74,13 +74,10 @@ def choose(raw: Mapping[str, Any], verl: str, pin: str | None, pins_changed: Seq
         return Choice("submodule")
     fallback = str(entry.get("fallback", "installed"))
     runs_with = str(entry.get("runs_with", fallback))
-    seen = str(bad.get("seen", "")).strip()
-    notice = (
-        f"verl {verl[:7]} fails with the pinned Megatron-LM {pin[:7]} on the base branch, outside Bridge's code "
-        f"(pre-existing{': ' + seen if seen else ''}); this PR was tested with {runs_with}"
-    )
+    seen = " ".join(str(bad.get("seen", "")).split())
     limitation = (
-        f"known incompatibility: verl {verl[:7]} does not run with the pinned Megatron-LM {pin[:7]}; the cell ran "
-        f"{runs_with} instead (matrix.yaml compatibility)"
+        f"{KNOWN}verl {verl[:7]} does not run with the pinned Megatron-LM {pin[:7]}, outside Bridge's code "
+        f"(pre-existing on the base branch{': ' + seen if seen else ''}); the cell ran {runs_with} instead, so "
+        "the PR's pinned Megatron-LM was not tested (matrix.yaml compatibility)"
     )
-    return Choice(fallback if fallback in ("installed", "submodule") else "installed", limitation, notice)
+    return Choice(fallback if fallback in ("installed", "submodule") else "installed", limitation)

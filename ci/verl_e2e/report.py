@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_e2e.compat import KNOWN
 from verl_e2e.regression import counts_against_the_pr, says
 from verl_e2e.verdict import Verdict, image_line, render_text
 
@@ -139,7 +140,14 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     line = ". ".join(where) + ("." if where else "")
     if links:
         line += (" " if line else "") + " · ".join(links)
-    return [title, "", line] if line else [title]
+    return ([title, "", line] if line else [title]) + compat_notice(verdicts)
+
+
+def compat_notice(verdicts: Sequence[Verdict]) -> list[str]:
+    """Once at the top: the cells ran a fallback Megatron-Core because the pinned one is known not to
+    run with this verl (pre-existing on the base branch), so no one reads the PR's cells as testing it."""
+    known = sorted({x.removeprefix(KNOWN) for v in verdicts for x in v.limitations if x.startswith(KNOWN)})
+    return [line for text in known for line in ("", f"> [!NOTE]\n> **Megatron-Core:** {md(text)}")]
 
 
 def _ran_with(verdicts: Sequence[Verdict]) -> str:
