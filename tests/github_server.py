@@ -101,6 +101,7 @@ class Spec:
 class GitHubState:
     def __init__(self) -> None:
         self.comments: dict[int, list[dict[str, Any]]] = {}
+        self.issues: list[dict[str, Any]] = []  # issues (not pull requests), as GitHub lists them
         self.check_runs: list[dict[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
         self.reactions: list[tuple[int, str]] = []
@@ -199,6 +200,23 @@ def _handler(spec: Spec, state: GitHubState, base: list[str]) -> type[BaseHTTPRe
             if template == "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions":
                 state.reactions.append((int(parts[5]), body["content"]))
                 return self._send(201, {"id": state.new_id(), "content": body["content"]})
+            if template == "/repos/{owner}/{repo}/issues":
+                if method == "POST":
+                    labels = [{"name": n} for n in body.get("labels", [])]
+                    number = state.new_id()
+                    item = {"number": number, "id": number, "title": body["title"], "body": body.get("body"),
+                            "labels": labels, "state": "open", "user": {"login": "github-actions[bot]"}}  # fmt: skip
+                    state.issues.append(item)
+                    return self._send(201, item)
+                wanted = set(query.get("labels", [""])[0].split(",")) - {""}
+                found = [i for i in state.issues if wanted <= {x["name"] for x in i["labels"]} and i["state"] == "open"]
+                return self._send(200, found)
+            if template == "/repos/{owner}/{repo}/issues/{issue_number}" and method == "PATCH":
+                issue = next((i for i in state.issues if i["number"] == int(parts[4])), None)
+                if issue is None:
+                    return self._send(404, {"message": "Not Found"})
+                issue.update({k: v for k, v in body.items() if k in ("body", "title", "state")})
+                return self._send(200, issue)
             if template == "/repos/{owner}/{repo}/check-runs":
                 if state.forbid_checks:
                     return self._send(403, {"message": "Resource not accessible by integration"})

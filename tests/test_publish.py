@@ -9,8 +9,8 @@ from markdown_it import MarkdownIt
 
 from verl_e2e.config import Matrix
 from verl_e2e.github import ForbiddenError, GitHubClient, RateLimitError, UnprocessableError
-from verl_e2e.publish import PublishOptions, publish, upsert_comment
-from verl_e2e.report import LIMIT, MARKER, Context, check_run, render
+from verl_e2e.publish import TRACKING_LABEL, PublishOptions, publish, upsert_comment
+from verl_e2e.report import LIMIT, MARKER, Context, check_run, marker, render
 from verl_e2e.verdict import Check, Deliverable, Verdict
 
 from . import verl_log as V
@@ -299,3 +299,19 @@ def test_report_survives_a_missing_plan(cli, tmp_path: Path) -> None:
     )
     assert result.code == 1 and "reporting without it" in result.out and "Traceback" not in result.err
     assert "would POST" in result.out and "failure" in result.out
+
+
+def test_the_scheduled_run_keeps_one_tracking_issue(gh) -> None:
+    """Created once (label, marker), then edited in place; an issue someone else opened with the marker
+    is left alone. Every request is checked against GitHub's OpenAPI description by the stand-in."""
+    client, state, _ = gh
+    forged = {"number": 3, "id": 3, "title": "x", "body": marker("scheduled") + "\nforged", "state": "open"}
+    state.issues.append(forged | {"labels": [{"name": TRACKING_LABEL}], "user": {"login": "mallory"}})
+    ctx = Context(repo=REPO, sha="a" * 40, section="scheduled")
+    opts = PublishOptions(comment=False, check=False, tracking_issue=True)
+    first = publish([verdict("L0-lora-ddp-qwen", "Pass")], ctx, opts, client, say=lambda _: None)
+    assert first["issue"]["action"] == "created" and first["issue"]["number"] != 3
+    again = publish([verdict("L0-lora-ddp-qwen", "Fail")], ctx, opts, client, say=lambda _: None)
+    assert again["issue"] == {"action": "updated", "number": first["issue"]["number"]}
+    ours = [i for i in state.issues if i["number"] == first["issue"]["number"]]
+    assert len(state.issues) == 2 and "Fail" in ours[0]["body"] and state.issues[0]["body"].endswith("forged")

@@ -136,8 +136,8 @@ def test_surface_runs_merges_a_run_dir_and_refuses_one_without_records(
     out = tmp_path / "runtime.json"
     assert main(["surface", "--runs", str(RUN), "--out", str(out)], env={}) == 0
     data = json.loads(out.read_text())
-    assert [c["level"] for c in data["cells"]] == [0] and "src/megatron/bridge/peft/lora.py" in data["cells"][0][
-        "functions"
-    ]
+    cells = {(c["level"], c["variant"], c["family"]): c for c in data["cells"]}
+    assert set(cells) == {(0, "lora-ddp", "qwen"), (0, "lora-ddp", "qwen3_moe"), (1, "save-resume", "qwen")}
+    assert "src/megatron/bridge/peft/lora.py" in cells[0, "lora-ddp", "qwen"]["functions"]  # the run's record
     assert main(["surface", "--runs", str(tmp_path), "--out", str(out)], env={}) == 2
     assert "needs cell.json" in capsys.readouterr().err

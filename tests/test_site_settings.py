@@ -263,3 +263,25 @@ def test_a_base_image_and_budget_reach_the_reusable_workflow(bridge: Path) -> No
         e2e = _with(bridge, caller)
         assert e2e["with"]["base_image"] == "mirror.example.com/verlai/verl:vllm024.dev2", caller
         assert e2e["with"]["gpu_budget"] == "120", caller
+
+
+def test_the_scheduled_caller_runs_every_familys_level0_and_keeps_a_tracking_issue(bridge: Path) -> None:
+    assert _install(bridge).returncode == 0
+    doc = yaml.safe_load((bridge / ".github/workflows/verl-e2e-scheduled.yml").read_text())
+    assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # PyYAML reads `on:` as True
+    e2e, track = doc["jobs"]["e2e"], doc["jobs"]["track"]
+    assert e2e["with"]["levels"] == "0" and e2e["with"]["family"] == "all" and e2e["with"]["scheduled"] is True
+    assert e2e["with"]["head_sha"] == "${{ github.sha }}"  # the commit the event names, never an input
+    assert "issues" not in e2e["permissions"]  # only the GitHub-hosted tracking job may write issues
+    assert track["permissions"] == {"contents": "read", "issues": "write"}
+    assert "--tracking-issue" in track["steps"][-1]["run"]
+
+
+def test_plan_family_all_is_every_familys_level0(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_e2e.cli import main
+    from verl_e2e.config import load_matrix
+
+    assert main(["plan", "--levels", "0", "--family", "all", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {c["family"] for c in plan["cells"]} == set(load_matrix().families)
+    assert {c["level"] for c in plan["cells"]} == {0} and plan["deferred"] == []

@@ -111,7 +111,7 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="run on this model family instead (repeatable or comma list)",
+        help="run on this model family instead (repeatable or comma list; 'all': every family)",
     )
     p.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
     p.add_argument(
@@ -259,6 +259,8 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
         matrix = with_runners(matrix, site.runners(args.runners))
     requested = parse_levels(args.levels)
     families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
+    if "all" in families:  # the scheduled run: every family's model
+        families = sorted(matrix.families)
     files, context = _changes(args, stdin)
     if files is None and requested is None:
         raise UsageError(

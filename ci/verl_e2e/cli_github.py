@@ -63,6 +63,11 @@ def add_commands(sub: Any) -> None:
     rep.add_argument("--comment", action=argparse.BooleanOptionalAction, default=True, help="upsert the PR comment")
     rep.add_argument("--check", action=argparse.BooleanOptionalAction, default=True, help="create the check run")
     rep.add_argument(
+        "--tracking-issue",
+        action="store_true",
+        help="the scheduled run: keep the report in one open issue (label verl-e2e-scheduled), updated in place",
+    )
+    rep.add_argument(
         "--blocked-neutral",
         action="store_true",
         help="a Blocked result gives a neutral check (site opt-in); by default it fails the check, since a "
@@ -198,7 +203,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         base = {v.cell_id: v for v in collect([args.baseline], say, allow_empty=True)}
         context = plan.get("context") or {}
         verdicts = annotate(verdicts, base, str(context.get("merge_base") or ""), str(context.get("base") or ""))
-    publishing = (args.comment and args.pr is not None) or args.check
+    publishing = (args.comment and args.pr is not None) or args.check or args.tracking_issue
     repo = _repo(args, env) if publishing or args.repo else ""
     ctx = Context(
         repo=repo,
@@ -211,7 +216,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         reasons=plan.get("reasons", {}),
         uncovered=plan.get("uncovered", {}),
         deferred=[d for d in plan.get("deferred") or [] if isinstance(d, dict)],
-        section=_section(args.section),
+        section=_section(args.section) or ("scheduled" if args.tracking_issue else ""),
         job_failures=job_failures,
         pre_existing_fails=args.pre_existing_fails,
     )
@@ -230,6 +235,7 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         junit=args.junit,
         dry_run=args.dry_run,
         bot_login=args.bot_login,
+        tracking_issue=args.tracking_issue and not superseded,
     )
     client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
     done = publish(verdicts, ctx, opts, client, say)

@@ -69,7 +69,7 @@ def _merge_runs(args: argparse.Namespace, stdout: TextIO) -> int:
         count = sum(len(q) for q in ran.functions.values())
         stdout.write(f"verl-e2e surface: {ran.cell} at Bridge {ran.bridge_commit[:12]}: {count} functions\n")
     out = args.out or data_dir() / "runtime.json"
-    merged = runtime.merge(runtime.shipped() if args.out is None else (), records)
+    merged = runtime.merge(runtime.shipped(), records)  # --out: the merged index elsewhere, shipped one untouched
     out.write_text(json.dumps(runtime.to_json(merged), indent=0, sort_keys=True) + "\n", encoding="utf-8")
     stdout.write(f"verl-e2e surface: {out}: {len(merged)} recorded cell(s)\n")
     return 0

@@ -195,6 +195,24 @@ class GitHubClient:
         ).json()
         return data
 
+    def issues(self, repo: str, label: str) -> Iterator[dict[str, Any]]:
+        """Open issues carrying `label` (pull requests, which the endpoint lists too, left out)."""
+        return (
+            i
+            for i in self.paginate(f"/repos/{repo}/issues", {"labels": label, "state": "open"})
+            if "pull_request" not in i
+        )
+
+    def create_issue(self, repo: str, title: str, body: str, label: str) -> dict[str, Any]:
+        data: dict[str, Any] = self.request(
+            "POST", f"/repos/{repo}/issues", json={"title": title, "body": body, "labels": [label]}
+        ).json()
+        return data
+
+    def update_issue(self, repo: str, number: int, body: str) -> dict[str, Any]:
+        data: dict[str, Any] = self.request("PATCH", f"/repos/{repo}/issues/{number}", json={"body": body}).json()
+        return data
+
     def react(self, repo: str, comment_id: int, content: str) -> None:
         self.request("POST", f"/repos/{repo}/issues/comments/{comment_id}/reactions", json={"content": content})
 

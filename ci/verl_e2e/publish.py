@@ -28,6 +28,7 @@ class PublishOptions:
     junit: Path | None = None
     dry_run: bool = False
     bot_login: str = "github-actions[bot]"  # the sticky comment is this account's, never someone else's
+    tracking_issue: bool = False  # the scheduled run: keep one open issue with the latest report
 
 
 def upsert_comment(
@@ -54,6 +55,28 @@ def upsert_comment(
     return "updated", int(client.update_comment(repo, int(existing["id"]), body)["id"])
 
 
+TRACKING_LABEL = "verl-e2e-scheduled"
+TRACKING_TITLE = "verl-e2e: scheduled run on the default branch"
+
+
+def upsert_issue(client: GitHubClient, repo: str, body: str, bot_login: str = "github-actions[bot]") -> tuple[str, int]:
+    """The scheduled run's tracking issue: one open issue (label, marker and author), updated in place.
+
+    Like the sticky comment, an issue someone else opened with the marker is never edited."""
+    mine = (
+        i
+        for i in client.issues(repo, TRACKING_LABEL)
+        if report.marker("scheduled") in (i.get("body") or "").splitlines()
+        and (i.get("user") or {}).get("login") == bot_login
+    )
+    existing = next(mine, None)
+    if existing is None:
+        return "created", int(client.create_issue(repo, TRACKING_TITLE, body, TRACKING_LABEL)["number"])
+    if existing.get("body") == body:
+        return "unchanged", int(existing["number"])
+    return "updated", int(client.update_issue(repo, int(existing["number"]), body)["number"])
+
+
 def publish(
     verdicts: Sequence[Verdict],
     ctx: Context,
@@ -78,7 +101,7 @@ def publish(
             title = payload["output"]["title"]
             say(f"would POST /repos/{ctx.repo}/check-runs: {payload['conclusion']} - {title}")
         return done
-    if (opts.comment or opts.check) and client is None:
+    if (opts.comment or opts.check or opts.tracking_issue) and client is None:
         raise UsageError("report: publishing needs a GitHub token (GITHUB_TOKEN); or pass --dry-run")
     assert client is not None or not (opts.comment or opts.check)
     if opts.check and client is not None:  # the check first: a failing comment never leaves it unwritten
@@ -94,6 +117,10 @@ def publish(
             )
             done["status"] = "created"
             say("check runs are not allowed for this token; set a commit status instead")
+    if opts.tracking_issue and client is not None:
+        action, number = upsert_issue(client, ctx.repo, body, opts.bot_login)
+        done["issue"] = {"action": action, "number": number}
+        say(f"tracking issue {action}: {ctx.repo}#{number}")
     if opts.comment and ctx.pr is not None and client is not None:
         action, comment_id = upsert_comment(client, ctx.repo, ctx.pr, body, opts.bot_login, section=ctx.section)
         done["comment"] = {"action": action, "id": comment_id}
