@@ -32,8 +32,9 @@ def _spans(tree: ast.AST) -> list[tuple[int, int, str]]:
     return out
 
 
-def enclosing(source: bytes | None, lines: Iterable[int]) -> list[str]:
-    """Qualified names of the defs/classes that contain any of `lines` (1-based), without duplicates."""
+def _around(source: bytes | None, lines: Iterable[int]) -> list[list[str]]:
+    """For each of `lines` (1-based, sorted, once), the qualified names of the defs/classes around it,
+    outermost first; nothing for a source that does not parse."""
     wanted = sorted(set(lines))
     if source is None or not wanted:
         return []
@@ -42,12 +43,12 @@ def enclosing(source: bytes | None, lines: Iterable[int]) -> list[str]:
     except (SyntaxError, ValueError):
         return []
     starts = [s for s, _, _ in spans]
-    found: dict[str, None] = {}
-    for line in wanted:
-        for start, end, name in spans[: bisect_right(starts, line)]:
-            if start <= line <= end:
-                found[name] = None
-    return list(found)
+    return [[name for s, e, name in spans[: bisect_right(starts, line)] if s <= line <= e] for line in wanted]
+
+
+def enclosing(source: bytes | None, lines: Iterable[int]) -> list[str]:
+    """Qualified names of the defs/classes that contain any of `lines` (1-based), without duplicates."""
+    return list(dict.fromkeys(name for names in _around(source, lines) for name in names))
 
 
 def innermost(source: bytes | None, lines: Iterable[int]) -> list[str]:
@@ -55,20 +56,7 @@ def innermost(source: bytes | None, lines: Iterable[int]) -> list[str]:
 
     This is the code object a changed line belongs to, as a tracer names it (less `<locals>`): a
     line of `Cls.method` is `Cls.method`'s code, not the class body's, though both enclose it."""
-    wanted = sorted(set(lines))
-    if source is None or not wanted:
-        return []
-    try:
-        spans = _spans(ast.parse(source))
-    except (SyntaxError, ValueError):
-        return []
-    starts = [s for s, _, _ in spans]
-    found: dict[str, None] = {}
-    for line in wanted:
-        around = [(s, name) for s, e, name in spans[: bisect_right(starts, line)] if s <= line <= e]
-        if around:
-            found[max(around, key=lambda a: (a[1].count("."), a[0]))[1]] = None
-    return list(found)
+    return list(dict.fromkeys(max(names, key=lambda n: n.count(".")) for names in _around(source, lines) if names))
 
 
 def outside_defs(source: bytes | None, lines: Iterable[int]) -> bool:
