@@ -18,7 +18,7 @@ import pytest
 from verl_e2e.changes import ChangedFile
 from verl_e2e.config import Matrix
 from verl_e2e.enrich import with_architectures
-from verl_e2e.registry import registrations
+from verl_e2e.registry import SHARED, architectures_by_file, registrations
 from verl_e2e.report import Context, overall, render
 from verl_e2e.select import select
 from verl_e2e.surface import shipped
@@ -243,3 +243,20 @@ def test_surface_rebuilds_from_a_real_bridge_tree(subproc, tmp_path: Path) -> No
     assert any(p.startswith("src/megatron/bridge/recipes/") for p in data["unreachable"])
     unreached = set(data["unreached"]["src/megatron/bridge/training/utils/train_utils.py"])
     assert "training_log" in unreached and "make_value_model" not in unreached
+
+
+def test_architectures_for_the_changed_files_alone_equal_the_whole_trees_answer() -> None:
+    """A plan reads only the files that can import the changed ones (`only=`); on Bridge's real tree
+    the answer for every model file is the one the whole tree gives."""
+    _sdist_registrations()  # skips or fails with the reason when the sdist is missing
+    with tarfile.open(SDIST) as tar:
+        sources = {
+            m.name.split("/", 1)[1]: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if "/src/megatron/bridge/models/" in m.name and m.name.endswith(".py") and m.isfile()
+        }
+    whole = architectures_by_file(sources)
+    model_files = [p for p in sources if p.count("/") >= 5 and p.split("/")[4] not in SHARED]
+    assert len(model_files) > 100
+    for path in model_files:
+        assert architectures_by_file(sources, only=[path]).get(path, []) == whole.get(path, []), path

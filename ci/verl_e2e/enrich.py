@@ -14,7 +14,7 @@ from dataclasses import replace
 from verl_e2e.aspects import code_lines
 from verl_e2e.changes import ChangedFile
 from verl_e2e.diffs import FileDiff
-from verl_e2e.registry import architectures_by_file, loose_registrations
+from verl_e2e.registry import SHARED, architectures_by_file, loose_registrations
 from verl_e2e.scopes import enclosing, innermost, outside_defs, scope_names
 from verl_e2e.surface import MODELS, Surface
 
@@ -75,7 +75,10 @@ def with_architectures(
     head_models: Mapping[str, bytes] | None = None,
 ) -> list[ChangedFile]:
     """Attach the HF architectures each model file serves: from the PR's tree when given, else the index."""
-    from_tree = architectures_by_file(head_models) if head_models else {}
+    # shared model code (conversion, common, ...) runs the default family whatever it serves: its
+    # architectures are never asked for, and everything imports it
+    wanted = [p for f in files for p in f.paths if p.startswith(MODELS) and p.split("/")[4] not in SHARED]
+    from_tree = architectures_by_file(head_models, only=wanted) if head_models and wanted else {}
     out = []
     for f in files:
         if not f.path.startswith(MODELS) or f.path.count("/") < 5:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import ast
 from bisect import bisect_right
 from collections.abc import Iterable
+from functools import lru_cache
+
+from verl_e2e import pyparse
 
 
 def _spans(tree: ast.AST) -> list[tuple[int, int, str]]:
@@ -32,15 +35,20 @@ def _spans(tree: ast.AST) -> list[tuple[int, int, str]]:
     return out
 
 
+@lru_cache(maxsize=256)
+def _spans_of(source: bytes) -> list[tuple[int, int, str]] | None:
+    tree = pyparse.tree(source)
+    return None if tree is None else _spans(tree)
+
+
 def _around(source: bytes | None, lines: Iterable[int]) -> list[list[str]]:
     """For each of `lines` (1-based, sorted, once), the qualified names of the defs/classes around it,
     outermost first; nothing for a source that does not parse."""
     wanted = sorted(set(lines))
     if source is None or not wanted:
         return []
-    try:
-        spans = _spans(ast.parse(source))
-    except (SyntaxError, ValueError):
+    spans = _spans_of(source)
+    if spans is None:
         return []
     starts = [s for s, _, _ in spans]
     return [[name for s, e, name in spans[: bisect_right(starts, line)] if s <= line <= e] for line in wanted]
@@ -66,9 +74,8 @@ def outside_defs(source: bytes | None, lines: Iterable[int]) -> bool:
         return False
     if source is None:
         return True
-    try:
-        spans = _spans(ast.parse(source))
-    except (SyntaxError, ValueError):
+    spans = _spans_of(source)
+    if spans is None:
         return True
     return any(not any(s <= line <= e for s, e, _ in spans) for line in wanted)
 
