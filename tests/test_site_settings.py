@@ -270,7 +270,7 @@ def test_the_scheduled_caller_runs_every_familys_level0_and_keeps_a_tracking_iss
     doc = yaml.safe_load((bridge / ".github/workflows/verl-e2e-scheduled.yml").read_text())
     assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # PyYAML reads `on:` as True
     e2e, track = doc["jobs"]["e2e"], doc["jobs"]["track"]
-    assert e2e["with"]["levels"] == "0" and e2e["with"]["family"] == "all" and e2e["with"]["scheduled"] is True
+    assert e2e["with"]["scheduled"] is True  # the reusable workflow plans it with `plan --scheduled`
     assert e2e["with"]["head_sha"] == "${{ github.sha }}"  # the commit the event names, never an input
     assert "issues" not in e2e["permissions"]  # only the GitHub-hosted tracking job may write issues
     assert track["permissions"] == {"contents": "read", "issues": "write"}
@@ -285,3 +285,39 @@ def test_plan_family_all_is_every_familys_level0(capsys: pytest.CaptureFixture[s
     plan = json.loads(capsys.readouterr().out)
     assert {c["family"] for c in plan["cells"]} == set(load_matrix().families)
     assert {c["level"] for c in plan["cells"]} == {0} and plan["deferred"] == []
+
+
+def test_the_scheduled_plan_is_every_familys_level0_and_the_weekly_layouts(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_e2e.cli import main
+    from verl_e2e.config import load_matrix
+
+    matrix = load_matrix()
+    assert main(["plan", "--scheduled", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    level0 = {c["family"] for c in plan["cells"] if c["level"] == 0}
+    assert level0 == set(matrix.families)
+    weekly = [c for c in plan["cells"] if c["level"] != 0]
+    assert {c["variant"] for c in weekly} == {"weekly-pp4-vpp2", "weekly-moe-tp4-pp2-ep4"}
+    assert all(c["gpus"] == 8 and c["family"] == matrix.defaults.family for c in weekly)
+    env = {c["variant"]: c["phases"][0]["env"] for c in weekly}
+    assert (env["weekly-pp4-vpp2"]["COMMON_PP"], env["weekly-pp4-vpp2"]["COMMON_VPP"]) == ("4", "2")
+    assert env["weekly-moe-tp4-pp2-ep4"]["COMMON_EP"] == "4" and env["weekly-moe-tp4-pp2-ep4"]["INFER_TP"] == "8"
+    assert plan["levels"] == [0, 2] and plan["requested"] == "scheduled"
+    assert any(r["rule"] == "scheduled" for r in plan["reasons"]["2"])
+
+
+def test_a_pull_request_never_gets_the_weekly_layouts(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_e2e.cli import main
+
+    assert main(["plan", "--levels", "all", "--family", "qwen,qwen3_moe", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["cells"] and not any(c["variant"].startswith("weekly-") for c in plan["cells"])
+
+
+def test_without_an_eight_gpu_runner_the_weekly_layouts_are_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_e2e.cli import main
+
+    runners = '{"2": ["self-hosted", "h100-2"], "4": ["self-hosted", "h100-4"]}'
+    assert main(["plan", "--scheduled", "--runners", runners, "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["cells"] and {c["level"] for c in plan["cells"]} == {0}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from verl_e2e.aspects import KINDS
-from verl_e2e.cells import expand
+from verl_e2e.cells import expand, scheduled_cells
 from verl_e2e.config import LEVELS, Matrix
 from verl_e2e.select import select
 
@@ -62,7 +62,7 @@ def _every_cell_args(matrix: Matrix) -> dict[str, list[str]]:
     selection = select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=families)
     every_kind = frozenset(KINDS)
     selection = dataclasses.replace(selection, targets={lv: dict.fromkeys(families, every_kind) for lv in LEVELS})
-    cells = expand(matrix, selection)
+    cells = expand(matrix, selection) + [c for c in scheduled_cells(matrix) if c.level != 0]  # PR + scheduled-only
     assert {c.variant for c in cells} == {v.name for lvl in matrix.levels.values() for v in lvl.variants}
     return {f"{c.id}/{p.name}": list(p.args) for c in cells for p in c.phases}
 

@@ -17,6 +17,7 @@ is taken only together with it. Pure: cells and selection in, a `Budgeted` out.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,13 @@ class Budgeted:
             }
             for c in self.deferred
         ]
+
+
+def minutes(text: str) -> int:
+    """`--budget` as argparse reads it: whole GPU-minutes, 0 for no limit."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPU-minutes (e.g. 240; 0: no limit)")
+    return int(text)
 
 
 def request(cell: Cell) -> str:

@@ -164,7 +164,30 @@ def _cell(
 
 
 def _variants(matrix: Matrix, level: int, family: Family, kinds: frozenset[str]) -> list[Variant]:
-    return [v for v in matrix.levels[level].variants if v.applies_to in kinds and family.supports(v.applies_to)]
+    return [
+        v
+        for v in matrix.levels[level].variants
+        if v.applies_to in kinds and family.supports(v.applies_to) and not v.scheduled
+    ]
+
+
+def scheduled_cells(matrix: Matrix) -> list[Cell]:
+    """The scheduled full run: Level 0 on every family, then each scheduled-only variant (the weekly
+    multi-GPU layouts) once, on the default family (its MoE model for a MoE layout), where the site
+    has a runner with that many GPUs."""
+    base = matrix.levels[0].variants[0]
+    cells = [
+        _cell(matrix, level=0, variant=base, family=f, kinds=frozenset({"all"}), model=None)
+        for _, f in sorted(matrix.families.items())
+    ]
+    default = matrix.families[matrix.defaults.family]
+    for level, lvl in sorted(matrix.levels.items()):
+        for v in lvl.variants:
+            if v.scheduled and default.supports(v.applies_to) and matrix.runner_for(v.gpus) is not None:
+                cells.append(
+                    _cell(matrix, level=level, variant=v, family=default, kinds=frozenset({v.applies_to}), model=None)
+                )
+    return cells
 
 
 def expand(matrix: Matrix, selection: Selection, model: str | None = None) -> list[Cell]:

@@ -125,3 +125,11 @@ def is_cosmetic_python_change(old: bytes | None, new: bytes | None) -> bool:
         return _strip_docstrings(ast.parse(old)) == _strip_docstrings(ast.parse(new))
     except (SyntaxError, ValueError):
         return False
+
+
+def is_pin(path: str) -> bool:
+    """A path that pins what a cell runs: the Megatron-LM submodule or a dependency file."""
+    name = path.rsplit("/", 1)[-1]
+    return path == "3rdparty/Megatron-LM" or (
+        "/" not in path and (name in ("pyproject.toml", "uv.lock", "setup.py") or name.startswith("requirements"))
+    )

@@ -26,11 +26,12 @@ from verl_e2e import (
     cli_surface,
     runinputs,
     runtime,
+    scheduled,
     site,
     surface,
 )
 from verl_e2e.cells import expand, uncovered
-from verl_e2e.changes import ChangedFile, parse_name_status, read_changed_files
+from verl_e2e.changes import ChangedFile, is_pin, parse_name_status, read_changed_files
 from verl_e2e.config import (
     LEVELS,
     Matrix,
@@ -115,19 +116,18 @@ def _change_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
     p.add_argument(
+        "--scheduled",
+        action="store_true",
+        help="the scheduled full run: every family's Level 0 and the weekly multi-GPU layouts (no change needed)",
+    )
+    p.add_argument(
         "--budget",
-        type=_minutes,
+        type=budget.minutes,
         metavar="GPU_MINUTES",
         help="GPU-minutes an automatic plan may spend; cells over it are listed as not run, with the request "
         "that runs them (default: matrix.yaml's defaults.gpu_budget_minutes; 0: no limit; explicit --levels "
         "are not limited)",
     )
-
-
-def _minutes(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPU-minutes (e.g. 240; 0: no limit)")
-    return int(text)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -238,14 +238,6 @@ def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile]
     return None, {"source": "none", "summary": "no changes given"}
 
 
-def is_pin(path: str) -> bool:
-    """A path that pins what a cell runs: the Megatron-LM submodule or a dependency file."""
-    name = path.rsplit("/", 1)[-1]
-    return path == "3rdparty/Megatron-LM" or (
-        "/" not in path and (name in ("pyproject.toml", "uv.lock", "setup.py") or name.startswith("requirements"))
-    )
-
-
 HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -259,8 +251,11 @@ def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
         matrix = with_runners(matrix, site.runners(args.runners))
     requested = parse_levels(args.levels)
     families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
-    if "all" in families:  # the scheduled run: every family's model
+    if "all" in families:  # every family's model
         families = sorted(matrix.families)
+    if args.scheduled:
+        selection, cells = scheduled.plan(matrix)
+        return Plan(selection, cells, {"source": "scheduled", "summary": scheduled.WHY}, uncovered(matrix, selection))
     files, context = _changes(args, stdin)
     if files is None and requested is None:
         raise UsageError(

@@ -47,6 +47,7 @@ class Variant:
     limitations: tuple[str, ...]
     checks: tuple[str, ...]
     phases: tuple[Phase, ...]
+    scheduled: bool = False  # only in the scheduled full run (cells.scheduled_cells), never for a PR
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,8 @@ def stringify_keys(node: Any) -> Any:
 
 def with_runners(matrix: Matrix, runners: Mapping[int, list[str]]) -> Matrix:
     """The matrix with a site's runner labels (GPU count -> labels); they must fit every variant."""
-    need = max(v.gpus for lvl in matrix.levels.values() for v in lvl.variants)
+    # scheduled-only layouts run where a runner is large enough (cells.scheduled_cells), PR cells everywhere
+    need = max(v.gpus for lvl in matrix.levels.values() for v in lvl.variants if not v.scheduled)
     if max(runners) < need:
         raise ConfigError(
             f"--runners: the largest runner has {max(runners)} GPUs, but a variant needs {need}; "
@@ -298,6 +300,7 @@ def _variant(name: str, node: Mapping[str, Any]) -> Variant:
             Phase(p["name"], _env(p.get("env")), tuple(p.get("args", ())), dict(p.get("expect", {})))
             for p in node["phases"]
         ),
+        scheduled=bool(node.get("scheduled", False)),
     )
 
 

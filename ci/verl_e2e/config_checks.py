@@ -81,6 +81,8 @@ def _runners(doc: Mapping[str, Any], source: str, problems: list[str]) -> None:
     for level, node in doc.get("levels", {}).items():
         for name, variant in node.get("variants", {}).items():
             gpus = variant.get("gpus", 0)
+            if variant.get("scheduled"):
+                continue  # runs only where a runner is large enough (the scheduled run skips it elsewhere)
             if not runners or runners[-1] < gpus:
                 problems.append(
                     f"{source}::$.runners: the largest runner has {runners[-1] if runners else 0} GPUs, but a "
