@@ -44,6 +44,13 @@ MUTATIONS = {
         "a provider field read from a config key the HF config does not have",
         "L0-lora-ddp-qwen",
     ),
+    "nan-scaling": (
+        "src/megatron/bridge/peft/utils.py",
+        "        x = x * (self.alpha / self.dim)\n",
+        "        x = x / x.abs().amax(dim=-1, keepdim=True) * (self.alpha / self.dim)\n",
+        "the adapter output normalised without an epsilon (zero-initialised LoRA B makes it 0/0, NaN)",
+        "L0-lora-ddp-qwen",
+    ),
 }
 
 
