@@ -163,6 +163,42 @@ def test_our_save_filter_mutation_fails_at_save_in_the_changed_function(tmp_path
     assert saves.result == "Fail" and "saved nothing" in saves.detail
 
 
+def test_our_provider_field_mutation_fails_in_the_changed_line_with_the_mapping_hint(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py provider-field: Qwen2Bridge reads a config key Qwen2's HF config lacks. The
+    plan selects Level 0 (plan.txt); the cell fails building the model at the changed line, and the
+    advice is about the bridge's HF mapping, not the provider's parallel sizes."""
+    run = OURS / "14-fail-level0-mutation-provider-field"
+    assert "a real L0-lora-ddp-qwen run executed the changed code" in (run / "plan.txt").read_text()
+    v = _judge(run, tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "model_build")
+    assert "AttributeError: 'Qwen2Config' object has no attribute 'qkv_bias'" in v.headline
+    assert (
+        "in code this PR changed: `src/megatron/bridge/models/qwen/qwen2_bridge.py:53` in `provider_bridge`"
+        in v.headline
+    )
+    assert v.follow_ups[0].startswith("check what the model bridge reads from the HF config")
+    assert not any("mpu parallel sizes" in x for x in v.follow_ups)
+
+
+def test_our_nan_scaling_mutation_fails_level0_though_every_phase_exited_0(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py nan-scaling: the adapter output divided by its own max (0/0 with the
+    zero-initialised LoRA B). verl finished step 1 and exited 0 with every loss NaN; Level 0 lists no
+    `no_nan` check, and the landed judge called it a Pass (verdict.json as the run left it). NaN/Inf
+    losses fail any level, and with no traceback the verdict names the changed code the cell ran."""
+    run = OURS / "15-fail-level0-mutation-nan-scaling"
+    assert json.loads((run / "verdict.json").read_text())["result"] == "Pass"  # the judge at the time
+    v = _judge(run, tmp_path)
+    assert (v.result, v.failure_class, v.failed_phase) == ("Fail", "nan", "run")
+    assert "step 1: actor/entropy=nan" in v.headline
+    assert "changed code this cell ran: `ParallelLinearAdapter.forward` (src/megatron/bridge/peft/utils.py)" in (
+        v.headline
+    )
+    assert next(c for c in v.checks if c.name == "no_nan").result == "Fail"
+    backend = next(d for d in v.deliverables if d.name == "verl Megatron backend run")
+    assert backend.result == "Fail" and "NaN/Inf" in backend.detail
+    assert v.follow_ups[0].startswith("no traceback to name a frame")
+
+
 def test_the_fallback_megatron_is_said_once_at_the_top_of_the_comment(tmp_path: Path) -> None:
     """Two real cells that ran the compatibility fallback: one notice under the headline, not one per cell."""
     runs = ("09-pass-level0-defaults-megatron-fallback", "11-pass-level1-save-resume-records")

@@ -219,4 +219,7 @@ def build_checks(
         "grad_norm_nonzero": lambda: _grad_norm(evidences),
         "learning_signal": lambda: learning_signal(evidences, baseline),
     }
-    return [builders[name]() for name in cell.checks if name in builders]
+    names = list(cell.checks)
+    if "no_nan" not in names and any(ev.nan_or_inf_in_metrics for ev in evidences.values()):
+        names.append("no_nan")  # any level: a step with NaN/Inf losses is never a pass
+    return [builders[name]() for name in names if name in builders]

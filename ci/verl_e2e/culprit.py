@@ -34,6 +34,10 @@ PRIORITY = (BRIDGE, VERL, MCORE, "Transformer Engine", "vLLM", "Ray", "torch", "
 SHOWN_FROM = {BRIDGE: ("/src/megatron/bridge/", "/megatron/bridge/"), MCORE: ("/megatron/core/", "/megatron/")}
 PEFT_HINT = "check the LoRA target modules and Bridge's PEFT wrapping (non-vanilla PEFT helpers) in the frame named"
 PROVIDER_HINT = "check the provider is finalized with verl's mpu parallel sizes"
+MAPPING_HINT = (
+    "check what the model bridge reads from the HF config and checkpoint (`provider_bridge`, "
+    "`mapping_registry`) against this model's config.json and weight names"
+)
 
 
 def owner(path: str) -> str:
@@ -114,6 +118,9 @@ def hint(failure_class: str, found: str | None, located: dict[str, Any] | None) 
     bridge = [f["path"] for f in located["bridge_frames"]]
     if any("/peft/" in p for p in bridge):
         return PEFT_HINT
+    innermost = located["bridge_frames"][-1] if located["bridge_frames"] else {}
+    if "/models/" in str(innermost.get("path", "")) and str(innermost["path"]).endswith("_bridge.py"):
+        return MAPPING_HINT  # a model bridge's HF->Megatron mapping, not the provider's finalisation
     if any("/models/" in p for p in bridge):
         return PROVIDER_HINT
     if not bridge:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,23 @@ def with_coverage(verdict: Verdict, run_dir: Path) -> Verdict:
         return verdict
     extra = [x for x in [found.limitation()] if x and x not in verdict.limitations]
     record = {"summary": found.summary(), "executed": list(found.executed), "not_executed": list(found.not_executed)}
-    return replace(verdict, coverage=record, limitations=[*verdict.limitations, *extra])
+    verdict = replace(verdict, coverage=record, limitations=[*verdict.limitations, *extra])
+    return _suspects(verdict, found.executed)
+
+
+def _suspects(verdict: Verdict, executed: Sequence[str]) -> Verdict:
+    """A failure with no traceback (NaN/Inf, a hang, a save that never completed) has no frame to name;
+    the PR's changed functions this cell ran are then the first place to look, so the verdict says so."""
+    if verdict.result != "Fail" or verdict.exception or not executed:
+        return verdict
+    named = ", ".join(f"`{e.split(':', 1)[1]}` ({e.split(':', 1)[0]})" for e in executed[:3])
+    more = f" and {len(executed) - 3} more" if len(executed) > 3 else ""
+    follow = f"no traceback to name a frame: look first at the changed code this cell ran: {named}{more}"
+    return replace(
+        verdict,
+        headline=f"{verdict.headline} (changed code this cell ran: {named}{more})",
+        follow_ups=[follow, *verdict.follow_ups],
+    )
 
 
 def judge_run_dir(

@@ -95,6 +95,12 @@ def _failure(phases: Sequence[PhaseRun], evidences: Mapping[str, Evidence]) -> t
             return found, phase.name, stage
         if phase.status in ("failed", "error") or (phase.exit_code not in (None, 0)):
             return (found if found != "none" else "runtime"), phase.name, stage
+    # A run that finished with NaN/Inf losses or grad norms trained nothing, whatever its level checks:
+    # non-finite metrics fail every cell, not only the levels that list `no_nan`.
+    for phase in phases:
+        ev = evidences.get(phase.name)
+        if ev is not None and ev.nan_or_inf_in_metrics:
+            return "nan", phase.name, ev.stage
     return "none", None, "done"
 
 
@@ -192,7 +198,8 @@ def _deliverables(
     """The skill's five deliverables, from the checks (Blocked is the overall result, never one of these)."""
     by_name = {c.name: c for c in checks}
     ran = [p for p in phases if p.status != "not_run"]
-    run_checks = [by_name[n] for n in ("steps_completed", "exit_zero", "vanilla_mbridge_false") if n in by_name]
+    run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", "no_nan")
+    run_checks = [by_name[n] for n in run_names if n in by_name and (n != "no_nan" or by_name[n].result == "Fail")]
     run_ok = bool(ran) and all(c.result == "Pass" for c in run_checks)
     variant_checks = [
         c for c in checks if c.name in ("saves", "resume", "no_nan", "grad_norm_nonzero", "learning_signal")
@@ -216,7 +223,7 @@ def _deliverables(
         Deliverable(
             "verl Megatron backend run",
             backend,
-            f"{cell.variant}: " + "; ".join(c.detail for c in run_checks[:2]),
+            f"{cell.variant}: " + "; ".join(c.detail for c in run_checks if c in run_checks[:2] or c.result == "Fail"),
         ),
         variants,
         _log_capture(ran, log_sizes, log_capture or "the run dir"),
