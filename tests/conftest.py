@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.cli import main
-from verl_e2e.config import Matrix, load_matrix
+from verl_e2e.cli.main import main
+from verl_e2e.config.matrix import Matrix, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 

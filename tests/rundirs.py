@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from verl_e2e.cells import Cell, expand
-from verl_e2e.config import Matrix
-from verl_e2e.select import select
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan.cells import Cell, expand
+from verl_e2e.plan.select import select
 
 BRIDGE_SRC = "/workspace/Megatron-Bridge/src"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from verl_e2e.image import ImageInputs, ensure_image, verl_commit
+from verl_e2e.run.image import ImageInputs, ensure_image, verl_commit
 
 from .conftest import ROOT, engine_missing, prepared
 from .github_server import Spec, serve
@@ -446,7 +446,7 @@ def test_workflow_run_publishes_the_fork_notice(world: dict) -> None:
 def test_a_failure_already_on_the_merge_base_comes_from_the_cache(world: dict, matrix) -> None:
     """The runner's cache holds the cell's result on the merge base (failing the same way): the change
     is not blamed, the check is neutral and says why, and the base result rides along as an artifact."""
-    from verl_e2e import basecache
+    from verl_e2e.report import basecache
 
     from . import verl_log as V
     from .rundirs import cell_for, write_run_dir

@@ -3,9 +3,9 @@ that has it (not the dense default, which would never execute it)."""
 
 from __future__ import annotations
 
-from verl_e2e.cells import expand
-from verl_e2e.changes import ChangedFile
-from verl_e2e.select import select
+from verl_e2e.plan.cells import expand
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.select import select
 
 MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from verl_e2e import budget
-from verl_e2e.cells import expand, gpu_minutes
-from verl_e2e.changes import ChangedFile
-from verl_e2e.cli import main
-from verl_e2e.report import Context, render
-from verl_e2e.select import select
+from verl_e2e.cli.main import main
+from verl_e2e.plan import budget
+from verl_e2e.plan.cells import expand, gpu_minutes
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.select import select
+from verl_e2e.report.comment import Context, render
 
 
 def _shared_change(matrix):

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_e2e.cells import cell_from_json, expand, github_matrix
-from verl_e2e.changes import ChangedFile
-from verl_e2e.config import Matrix
+from verl_e2e.config.matrix import Matrix
 from verl_e2e.errors import PlanError
-from verl_e2e.plan import Plan, render_json
-from verl_e2e.select import select
+from verl_e2e.plan.cells import cell_from_json, expand, github_matrix
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.contract import Plan, render_json
+from verl_e2e.plan.select import select
 
 M = "src/megatron/bridge/models"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
 from verl_e2e.errors import UsageError
-from verl_e2e.gitchanges import changes_from_git
+from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
+from verl_e2e.plan.gitchanges import changes_from_git
 
 
 def test_parses_statuses_renames_and_bare_paths() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl_e2e.evidence import Evidence, parse_bytes
-from verl_e2e.signatures import default_signatures
+from verl_e2e.config.signatures import default_signatures
+from verl_e2e.judge.evidence import Evidence, parse_bytes
 
 from . import verl_log as V
 
@@ -20,7 +20,7 @@ def _ev(text: str) -> Evidence:
 
 @pytest.mark.parametrize("sig", default_signatures(), ids=lambda s: s.name)
 def test_every_signature_matches_its_example(sig: object) -> None:
-    from verl_e2e.signatures import Signature
+    from verl_e2e.config.signatures import Signature
 
     assert isinstance(sig, Signature)
     assert sig.example, f"{sig.name}: every shipped signature carries an example line"

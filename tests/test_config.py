@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from verl_e2e.config import Matrix, load_matrix
+from verl_e2e.config.matrix import Matrix, load_matrix
+from verl_e2e.config.schema_check import validate_document
 from verl_e2e.errors import ConfigError
-from verl_e2e.schema_check import validate_document
 
 from .conftest import ROOT
 

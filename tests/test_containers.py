@@ -21,8 +21,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from verl_e2e.config import Matrix
-from verl_e2e.image import ImageInputs, ensure_image, verl_commit
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.run.image import ImageInputs, ensure_image, verl_commit
 
 from .conftest import ROOT, engine_missing
 from .rundirs import cell_for
@@ -399,7 +399,7 @@ def test_a_transient_block_is_retried_once_and_both_attempts_kept(
     assert first["result"] == "Blocked" and "GCS" in first["headline"]
     final = verdict(out)
     assert final["result"] == "Pass" and any("attempt 1 was Blocked by ray-gcs" in x for x in final["limitations"])
-    from verl_e2e.collect import collect
+    from verl_e2e.report.collect import collect
 
     assert [v.cell_id for v in collect([tmp_path / "runs"], [].append)] == ["L0-lora-ddp-qwen"]  # one row
 

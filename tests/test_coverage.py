@@ -6,9 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from verl_e2e.coverage import measure
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.report import table
+from verl_e2e.judge.coverage import measure
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.report.comment import table
 
 REAL = Path(__file__).parent / "fixtures/real-runs"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.evidence import parse_bytes
-from verl_e2e.judging import judge_run_dir
+from verl_e2e.judge.evidence import parse_bytes
+from verl_e2e.judge.judging import judge_run_dir
 
 from . import verl_log as V
 from .conftest import SHARED

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_e2e import evidence as E
-from verl_e2e.evidence import LogParser, parse_bytes
-from verl_e2e.parallel import parse_file
+from verl_e2e.judge import evidence as E
+from verl_e2e.judge.evidence import LogParser, parse_bytes
+from verl_e2e.judge.parallel import parse_file
 
 from . import verl_log as V
 from .conftest import SHARED
@@ -332,7 +332,7 @@ def test_verl_shaped_noise_is_chunking_invariant(parts: list[str], size: int) ->
 
 
 def test_parallel_ranges_match_sequential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from verl_e2e import parallel
+    from verl_e2e.judge import parallel
 
     text = "".join(V.run(30, save_freq=7, seed=s) for s in range(5))
     text += V.TASK + "(\"Final validation metrics: {'val-core/a': \"\n" + V.TASK + " '0.5}')\n"
@@ -346,7 +346,7 @@ def test_parallel_ranges_match_sequential(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_signatures_from_the_matrix_come_first(tmp_path: Path) -> None:
-    from verl_e2e.signatures import build_signatures, default_signatures
+    from verl_e2e.config.signatures import build_signatures, default_signatures
 
     extra = build_signatures(
         [

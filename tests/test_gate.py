@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from verl_e2e.cli import main
-from verl_e2e.gate import Context, GateRefused, decide
+from verl_e2e.cli.main import main
+from verl_e2e.github.gate import Context, GateRefused, decide
 
 REPO = "NVIDIA-NeMo/Megatron-Bridge"
 SHA = "a" * 40

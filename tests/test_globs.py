@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from verl_e2e.config.globs import PathSet, glob_to_regex
 from verl_e2e.errors import ConfigError
-from verl_e2e.globs import PathSet, glob_to_regex
 
 CASES = [
     # pattern, path, expected

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.config import Matrix
+from verl_e2e.config.matrix import Matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.prefetch import PrefetchError, plan_downloads, run_downloads
+from verl_e2e.run.prefetch import PrefetchError, plan_downloads, run_downloads
 
 
 def test_plan_covers_models_dummy_configs_reward_and_data(matrix: Matrix, tmp_path: Path) -> None:
@@ -33,8 +33,8 @@ def test_plan_covers_models_dummy_configs_reward_and_data(matrix: Matrix, tmp_pa
 
 def test_plan_paths_match_what_cells_read(matrix: Matrix, tmp_path: Path) -> None:
     """The cache layout and the cells' container paths agree once the cache is mounted."""
-    from verl_e2e.cells import expand
-    from verl_e2e.select import select
+    from verl_e2e.plan.cells import expand
+    from verl_e2e.plan.select import select
 
     cell = expand(matrix, select(matrix, [], requested=[0]))[0]
     env = cell.phases[0].env

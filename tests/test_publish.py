@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from verl_e2e.config import Matrix
-from verl_e2e.github import ForbiddenError, GitHubClient, RateLimitError, UnprocessableError
-from verl_e2e.publish import TRACKING_LABEL, PublishOptions, publish, upsert_comment
-from verl_e2e.report import LIMIT, MARKER, Context, check_run, marker, render
-from verl_e2e.verdict import Check, Deliverable, Verdict
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.github.client import ForbiddenError, GitHubClient, RateLimitError, UnprocessableError
+from verl_e2e.judge.verdict import Check, Deliverable, Verdict
+from verl_e2e.report.comment import LIMIT, MARKER, Context, check_run, marker, render
+from verl_e2e.report.publish import TRACKING_LABEL, PublishOptions, publish, upsert_comment
 
 from . import verl_log as V
 from .github_server import Spec, serve

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.report import Context, render
-from verl_e2e.verdict import Verdict, render_text
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.judge.verdict import Verdict, render_text
+from verl_e2e.report.comment import Context, render
 
 from .conftest import SHARED
 

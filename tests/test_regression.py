@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.cli import main
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.regression import compare
-from verl_e2e.report import Context, check_run
+from verl_e2e.cli.main import main
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.report.comment import Context, check_run
+from verl_e2e.report.regression import compare
 
 from .conftest import SHARED
 
@@ -103,7 +103,7 @@ def test_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_base_run_cache_keys_copies_plain_files_and_refuses_other_keys(tmp_path: Path) -> None:
-    from verl_e2e import basecache
+    from verl_e2e.report import basecache
 
     run = _copy(TYPEERROR, tmp_path / "base")
     (run / "stolen").symlink_to("/etc/hostname")
@@ -121,7 +121,7 @@ def test_base_run_cache_keys_copies_plain_files_and_refuses_other_keys(tmp_path:
 
 
 def test_base_run_command_takes_the_cached_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from verl_e2e import basecache
+    from verl_e2e.report import basecache
 
     pr_run = _copy(TYPEERROR, tmp_path / "runs")
     plan = tmp_path / "plan.json"
@@ -163,7 +163,7 @@ def test_base_run_command_takes_the_cached_result(tmp_path: Path, capsys: pytest
 def test_a_base_run_that_tested_another_commit_is_neither_kept_nor_used(tmp_path: Path) -> None:
     """A runner that is not wiped may hold an older runs-base/<cell> or cache entry: it counts only if
     its own provenance shows the merge base."""
-    from verl_e2e import basecache
+    from verl_e2e.report import basecache
 
     run = _copy(TYPEERROR, tmp_path / "stale")
     other = "c" * 40
@@ -179,7 +179,7 @@ def test_a_base_run_that_tested_another_commit_is_neither_kept_nor_used(tmp_path
 def test_an_old_merge_base_does_not_excuse_a_failure(tmp_path: Path) -> None:
     """A PR branched from an old broken commit fails the same way as that commit, but it never met the
     base branch's tip: the failure counts against it, with a rebase hint."""
-    from verl_e2e.regression import counts_against_the_pr
+    from verl_e2e.report.regression import counts_against_the_pr
 
     here = judge_run_dir(_copy(TYPEERROR, tmp_path / "here"))
     base = judge_run_dir(_copy(TYPEERROR, tmp_path / "base"))

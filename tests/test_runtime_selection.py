@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e import runtime, surface
-from verl_e2e.changes import ChangedFile
-from verl_e2e.cli import main
-from verl_e2e.select import select
+from verl_e2e.cli.main import main
+from verl_e2e.plan import runtime, surface
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.select import select
 
 RUN = Path(__file__).parent / "fixtures/real-runs/09-pass-level0-defaults-megatron-fallback"
 

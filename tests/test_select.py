@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from verl_e2e.changes import ChangedFile, parse_name_status
-from verl_e2e.config import Matrix
-from verl_e2e.enrich import with_architectures
+from verl_e2e.config.matrix import Matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.select import select
-from verl_e2e.surface import shipped
+from verl_e2e.plan.changes import ChangedFile, parse_name_status
+from verl_e2e.plan.enrich import with_architectures
+from verl_e2e.plan.select import select
+from verl_e2e.plan.surface import shipped
 
 M = "src/megatron/bridge/models"
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.changes import ChangedFile
-from verl_e2e.config import Matrix
-from verl_e2e.enrich import with_architectures
-from verl_e2e.registry import SHARED, architectures_by_file, registrations
-from verl_e2e.report import Context, overall, render
-from verl_e2e.select import select
-from verl_e2e.surface import shipped
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.enrich import with_architectures
+from verl_e2e.plan.registry import SHARED, architectures_by_file, registrations
+from verl_e2e.plan.select import select
+from verl_e2e.plan.surface import shipped
+from verl_e2e.report.comment import Context, overall, render
 
 from .conftest import ROOT
 
@@ -86,7 +86,7 @@ def test_the_model_that_runs_is_the_one_that_changed(matrix: Matrix, path: str, 
 
 def test_a_change_no_family_can_run_is_selected_with_a_reason_not_passed(matrix: Matrix) -> None:
     """Kimi K3 has no known checkpoint: its levels are selected, have no cell, and the report says so."""
-    from verl_e2e.cells import expand, uncovered
+    from verl_e2e.plan.cells import expand, uncovered
 
     files = with_architectures([ChangedFile(f"{M}/kimi/kimi_k3_provider.py")], shipped())
     sel = select(matrix, files, surface=shipped())
@@ -102,7 +102,7 @@ def test_a_change_no_family_can_run_is_selected_with_a_reason_not_passed(matrix:
 
 def test_a_kind_the_family_has_no_model_for_is_a_stated_reason(matrix: Matrix) -> None:
     """An MTP change in a directory whose fallback model has no MTP layers is reported, not dropped."""
-    from verl_e2e.cells import uncovered
+    from verl_e2e.plan.cells import uncovered
 
     files = [ChangedFile(f"{M}/hybrid/hybrid_provider.py", diff_lines=("    mtp_num_layers: int = 1",))]
     sel = select(matrix, files, surface=shipped())
@@ -211,7 +211,7 @@ def test_bad_diff_input_is_one_clear_line(subproc, tmp_path: Path, args: list[st
 
 def test_the_shipped_verl_imports_are_those_of_the_pinned_verl(matrix: Matrix, tmp_path: Path) -> None:
     """The index's list is what verl at the pinned commit imports (read from its source tarball)."""
-    from verl_e2e.surface import verl_imports
+    from verl_e2e.plan.surface import verl_imports
 
     from .test_verl_config import TARBALL
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.callgraph import reachable_symbols, unreached_symbols
-from verl_e2e.diffs import parse_unified_diff
-from verl_e2e.registry import architectures_by_file, registrations
-from verl_e2e.scopes import enclosing, innermost, outside_defs
+from verl_e2e.plan.callgraph import reachable_symbols, unreached_symbols
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.registry import architectures_by_file, registrations
+from verl_e2e.plan.scopes import enclosing, innermost, outside_defs
 
 P = "src/megatron/bridge"
 
@@ -206,7 +206,7 @@ def test_the_call_graph_follows_names_not_files() -> None:
 @pytest.mark.parametrize("missing_status", ["M", "A"])
 def test_unknown_code_counts_as_reached(missing_status: str) -> None:
     """A scope the index has never seen (code newer than it) is not called off-surface."""
-    from verl_e2e.surface import Surface
+    from verl_e2e.plan.surface import Surface
 
     s = Surface("v" * 40, "b" * 40, (), frozenset({"x.py"}), {}, {"x.py": frozenset({"old_helper"})})
     assert s.unreached("x.py", ("old_helper",)) == ["old_helper"]

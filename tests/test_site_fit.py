@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.adapt import adapt_cell
-from verl_e2e.cli import main
-from verl_e2e.config import Matrix
+from verl_e2e.cli.main import main
+from verl_e2e.config.matrix import Matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.runcell import gpu_request
+from verl_e2e.run.adapt import adapt_cell
+from verl_e2e.run.runcell import gpu_request
 
 from .rundirs import cell_for
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_e2e.cachelayout import cell_env, host_paths
+from verl_e2e.config.site import SETTINGS, labels, merge
 from verl_e2e.errors import UsageError
-from verl_e2e.github import GitHubClient
-from verl_e2e.publish import upsert_comment
-from verl_e2e.report import Context, render
-from verl_e2e.site import SETTINGS, labels, merge
-from verl_e2e.trigger import CommandError, from_comment
+from verl_e2e.github.client import GitHubClient
+from verl_e2e.github.trigger import CommandError, from_comment
+from verl_e2e.report.comment import Context, render
+from verl_e2e.report.publish import upsert_comment
+from verl_e2e.run.cachelayout import cell_env, host_paths
 
 from .conftest import ROOT
 from .github_server import serve
@@ -278,8 +278,8 @@ def test_the_scheduled_caller_runs_every_familys_level0_and_keeps_a_tracking_iss
 
 
 def test_plan_family_all_is_every_familys_level0(capsys: pytest.CaptureFixture[str]) -> None:
-    from verl_e2e.cli import main
-    from verl_e2e.config import load_matrix
+    from verl_e2e.cli.main import main
+    from verl_e2e.config.matrix import load_matrix
 
     assert main(["plan", "--levels", "0", "--family", "all", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -288,8 +288,8 @@ def test_plan_family_all_is_every_familys_level0(capsys: pytest.CaptureFixture[s
 
 
 def test_the_scheduled_plan_is_every_familys_level0_and_the_weekly_layouts(capsys: pytest.CaptureFixture[str]) -> None:
-    from verl_e2e.cli import main
-    from verl_e2e.config import load_matrix
+    from verl_e2e.cli.main import main
+    from verl_e2e.config.matrix import load_matrix
 
     matrix = load_matrix()
     assert main(["plan", "--scheduled", "--format", "json"]) == 0
@@ -307,7 +307,7 @@ def test_the_scheduled_plan_is_every_familys_level0_and_the_weekly_layouts(capsy
 
 
 def test_a_pull_request_never_gets_the_weekly_layouts(capsys: pytest.CaptureFixture[str]) -> None:
-    from verl_e2e.cli import main
+    from verl_e2e.cli.main import main
 
     assert main(["plan", "--levels", "all", "--family", "qwen,qwen3_moe", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -315,7 +315,7 @@ def test_a_pull_request_never_gets_the_weekly_layouts(capsys: pytest.CaptureFixt
 
 
 def test_without_an_eight_gpu_runner_the_weekly_layouts_are_left_out(capsys: pytest.CaptureFixture[str]) -> None:
-    from verl_e2e.cli import main
+    from verl_e2e.cli.main import main
 
     runners = '{"2": ["self-hosted", "h100-2"], "4": ["self-hosted", "h100-4"]}'
     assert main(["plan", "--scheduled", "--runners", runners, "--format", "json"]) == 0

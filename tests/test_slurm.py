@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.runopts import RunOptions
-from verl_e2e.slurm import srun_command
+from verl_e2e.run.runopts import RunOptions
+from verl_e2e.run.slurm import srun_command
 
 from .conftest import ROOT
 from .rundirs import cell_for
@@ -191,7 +191,7 @@ def test_pyxis_jobs_mount_the_checkout_read_only_and_write_only_scratch(matrix, 
 def test_site_srun_options_are_allowed_by_name(arg: str) -> None:
     """Options that run a program, move output, mount or change the environment are never a site's to add."""
     from verl_e2e.errors import UsageError
-    from verl_e2e.slurm import check_slurm_args
+    from verl_e2e.run.slurm import check_slurm_args
 
     with pytest.raises(UsageError, match="not an option a site may add"):
         check_slurm_args([arg])

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from verl_e2e.github import GitHubClient
-from verl_e2e.trigger import (
+from verl_e2e.github.client import GitHubClient
+from verl_e2e.github.trigger import (
     Command,
     CommandError,
     Ignored,

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from verl_e2e import safefs
-from verl_e2e.config import Matrix
+from verl_e2e.config.matrix import Matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.report import Context, render
-from verl_e2e.runcell import fresh_run_dir
-from verl_e2e.rundir import load_run_dir
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.judge.rundir import load_run_dir
+from verl_e2e.report.comment import Context, render
+from verl_e2e.run.runcell import fresh_run_dir
 
 from . import verl_log as V
 from .rundirs import cell_for, write_run_dir

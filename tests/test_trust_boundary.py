@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_e2e.backends import container_spec, local_command
-from verl_e2e.cli import main
-from verl_e2e.collect import collect
-from verl_e2e.evidence import parse_bytes
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.runopts import RunOptions
+from verl_e2e.cli.main import main
+from verl_e2e.judge.evidence import parse_bytes
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.report.collect import collect
+from verl_e2e.run.backends import container_spec, local_command
+from verl_e2e.run.runopts import RunOptions
 
 from . import verl_log as V
 from .conftest import ROOT
@@ -173,7 +173,7 @@ def test_only_the_hub_cache_is_mounted(tmp_path: Path) -> None:
 
 
 def test_the_verl_ci_layout_finds_gsm8k_where_verls_runners_keep_it(tmp_path: Path) -> None:
-    from verl_e2e import cachelayout
+    from verl_e2e.run import cachelayout
 
     paths = cachelayout.host_paths(tmp_path, "verl-ci")
     assert paths["datasets"] / cachelayout.layout("verl-ci").gsm8k_raw == tmp_path / "models/hf_data/gsm8k"
@@ -206,7 +206,7 @@ def test_two_run_dirs_for_one_cell_are_neither_trusted(matrix, tmp_path: Path) -
 
 # 9. Refusals never hand out a ready-to-paste command with the current head.
 def test_a_refusal_never_prints_the_current_head() -> None:
-    from verl_e2e import trigger
+    from verl_e2e.github import trigger
 
     source = Path(trigger.__file__).read_text()
     assert not re.search(r"sha=\{head", source), "a refusal must not offer the PR's current head SHA"
@@ -250,7 +250,7 @@ def test_log_text_in_the_comment_renders_nothing() -> None:
 
     from markdown_it import MarkdownIt
 
-    from verl_e2e.report import Context, render
+    from verl_e2e.report.comment import Context, render
 
     from .test_publish import verdict
 

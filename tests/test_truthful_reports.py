@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.cli import main
-from verl_e2e.collect import collect
-from verl_e2e.config import Matrix
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.verdict import render_text, verdict_from_json
+from verl_e2e.cli.main import main
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.judge.verdict import render_text, verdict_from_json
+from verl_e2e.report.collect import collect
 
 from . import verl_log as V
 from .rundirs import cell_for, write_run_dir

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.config import Matrix
-from verl_e2e.judging import judge_run_dir
-from verl_e2e.verdict import render_text
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.judge.verdict import render_text
 
 from . import verl_log as V
 from .rundirs import cell_for, write_run_dir

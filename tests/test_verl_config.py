@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from verl_e2e.aspects import KINDS
-from verl_e2e.cells import expand, scheduled_cells
-from verl_e2e.config import LEVELS, Matrix
-from verl_e2e.select import select
+from verl_e2e.config.aspects import KINDS
+from verl_e2e.config.matrix import LEVELS, Matrix
+from verl_e2e.plan.cells import expand, scheduled_cells
+from verl_e2e.plan.select import select
 
 from .conftest import SHARED
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import docker
 
-from verl_e2e.cli import main as cli_main
-from verl_e2e.image import ImageInputs, ensure_image, verl_commit
+from verl_e2e.cli.main import main as cli_main
+from verl_e2e.run.image import ImageInputs, ensure_image, verl_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "verl-e2e-test-base:bookworm"

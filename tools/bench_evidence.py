@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from verl_e2e.parallel import parse_file
+from verl_e2e.judge.parallel import parse_file
 
 CHATTER = [
     "\x1b[36m(WorkerDict pid={pid})\x1b[0m kwargs: {{'n': 1, 'logprobs': 0, 'max_tokens': 512, "

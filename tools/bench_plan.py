@@ -21,14 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from verl_e2e.cells import expand, uncovered
-from verl_e2e.changes import parse_name_status
-from verl_e2e.config import load_matrix
-from verl_e2e.diffs import parse_unified_diff
-from verl_e2e.enrich import with_architectures, with_diff
-from verl_e2e.plan import Plan, render_json
-from verl_e2e.select import select
-from verl_e2e.surface import shipped
+from verl_e2e.config.matrix import load_matrix
+from verl_e2e.plan.cells import expand, uncovered
+from verl_e2e.plan.changes import parse_name_status
+from verl_e2e.plan.contract import Plan, render_json
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.enrich import with_architectures, with_diff
+from verl_e2e.plan.select import select
+from verl_e2e.plan.surface import shipped
 
 HUNK = (
     "@@ -{a},7 +{a},7 @@ class {cls}:\n"

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 sys.path.insert(0, str(ROOT / "ci"))  # the checkout's own verl_e2e: the settings table lives there
+from verl_e2e.config.site import BY_KEY, SETTINGS, changes, commit, merge  # noqa: E402
 from verl_e2e.errors import UsageError  # noqa: E402
-from verl_e2e.site import BY_KEY, SETTINGS, changes, commit, merge  # noqa: E402
 
 SITE_DEFAULTS = {s.key: s.default for s in SETTINGS}
 REMEMBERED = Path(".github") / "verl-e2e-site.json"
@@ -102,7 +102,7 @@ def parse_run_cell_args(value: str) -> None:
     if not value:
         return
     try:  # run-cell's parser needs the package's dependencies; the rest of the installer does not
-        from verl_e2e.cli_run import run_options  # noqa: PLC0415
+        from verl_e2e.cli.run_cmd import run_options  # noqa: PLC0415
     except ImportError as exc:
         raise UsageError(
             f"--run-cell-args: checking them needs verl-e2e's dependencies ({exc}); run the installer with the "

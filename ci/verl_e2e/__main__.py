@@ -2,6 +2,6 @@
 
 import sys
 
-from verl_e2e.cli import main
+from verl_e2e.cli.main import main
 
 sys.exit(main())

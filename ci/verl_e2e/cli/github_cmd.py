@@ -1,0 +1,370 @@
+"""The commands that talk to GitHub: `report`, `trigger`, `react`, `reply`, `fork-notice`.
+
+Exit codes stay in `cli.main`; tokens come from the environment mapping passed in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from verl_e2e.errors import UsageError
+from verl_e2e.github.client import GitHubClient
+from verl_e2e.github.gate import Context as GateContext
+from verl_e2e.github.gate import GateRefused, decide_warmup
+from verl_e2e.github.gate import decide as gate_decide
+from verl_e2e.github.trigger import (
+    CommandError,
+    Ignored,
+    RunRequest,
+    from_comment,
+    from_dispatch,
+    from_pull_request,
+    from_push,
+)
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.plan.contract import append_outputs
+from verl_e2e.report.collect import collect
+from verl_e2e.report.comment import Context, fork_notice, only_pre_existing, refusal
+from verl_e2e.report.publish import PublishOptions, publish, upsert_comment
+from verl_e2e.report.regression import annotate, compare
+from verl_e2e.run.launch import sayer as _sayer
+
+
+def _section(value: str) -> str:
+    if not re.fullmatch(r"[a-z0-9-]{0,64}", value):
+        raise UsageError(f"--section {value[:40]!r}: expected lowercase letters, digits and '-' (e.g. request-123)")
+    return value
+
+
+def add_commands(sub: Any) -> None:
+    rep = sub.add_parser(
+        "report",
+        help="publish run dirs: one sticky PR comment, the job summary, the aggregate check, merged JUnit",
+        description="Aggregate every cell's verdict under RUN_DIR... and publish them. Repository, commit "
+        "and run links default to the GitHub Actions environment (GITHUB_REPOSITORY, GITHUB_SHA, ...).",
+    )
+    rep.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    rep.add_argument("--plan", type=Path, help="plan.json, for the levels the rules skipped")
+    rep.add_argument(
+        "--section",
+        default="",
+        help="which PR comment this run owns: empty for the automatic run's, e.g. request-<comment id> for a "
+        "/verl-e2e comment's own (a request never overwrites another run's report)",
+    )
+    rep.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
+    rep.add_argument("--pr", type=int, help="pull request number (no comment without one)")
+    rep.add_argument("--sha", help="head commit (default: GITHUB_SHA)")
+    rep.add_argument("--merge-base", help="merge base shown in the headline")
+    rep.add_argument("--comment", action=argparse.BooleanOptionalAction, default=True, help="upsert the PR comment")
+    rep.add_argument("--check", action=argparse.BooleanOptionalAction, default=True, help="create the check run")
+    rep.add_argument(
+        "--tracking-issue",
+        action="store_true",
+        help="the scheduled run: keep the report in one open issue (label verl-e2e-scheduled), updated in place",
+    )
+    rep.add_argument(
+        "--blocked-neutral",
+        action="store_true",
+        help="a Blocked result gives a neutral check (site opt-in); by default it fails the check, since a "
+        "neutral check satisfies a required one",
+    )
+    rep.add_argument("--blocked-fails", action="store_true", help=argparse.SUPPRESS)  # the default now
+    rep.add_argument("--summary", type=Path, help="append the markdown here (default: GITHUB_STEP_SUMMARY)")
+    rep.add_argument("--junit", type=Path, help="write the merged JUnit file here")
+    rep.add_argument("--run-url", help="link to the workflow run (default: from the Actions environment)")
+    rep.add_argument("--artifacts-url", help="link to the uploaded run dirs")
+    rep.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    rep.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="RUNS_OF_BASE",
+        help="run dirs of the same cells on the merge base: each failure is new, already failing, or changed",
+    )
+    rep.add_argument(
+        "--pre-existing-fails",
+        action="store_true",
+        help="a failure already on the merge base fails the check too (default: it does not, and says so)",
+    )
+    rep.add_argument(
+        "--bot-login",
+        default="github-actions[bot]",
+        help="the account whose marker comment is edited (the token's; default github-actions[bot])",
+    )
+    rep.add_argument(
+        "--job-result",
+        action="append",
+        default=[],
+        metavar="JOB=RESULT",
+        help="a workflow job's result (needs.<job>.result); failure or cancelled fails the report",
+    )
+
+    react = sub.add_parser("react", help="react to a /verl-e2e comment (eyes on receipt, rocket on start)")
+    react.add_argument("comment_id", type=int)
+    react.add_argument("content", choices=("eyes", "rocket", "confused", "+1", "-1", "hooray", "heart", "laugh"))
+    react.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
+
+    reply = sub.add_parser("reply", help="refuse a /verl-e2e comment: a confused reaction and a reply with the usage")
+    reply.add_argument("--pr", type=int, required=True)
+    reply.add_argument("--comment-id", type=int, required=True)
+    reply.add_argument("--reason", required=True, help="what was wrong")
+    reply.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
+
+    trig = sub.add_parser(
+        "trigger",
+        help="decide from a GitHub event whether and what to run (permission and head-SHA checks included)",
+        description="Read the event payload (as data) and write run, plan, head_sha, base_sha, pr, levels, family, "
+        "model, verl_ref, fork, reason to $GITHUB_OUTPUT. A refused /verl-e2e comment gets a confused reaction "
+        "and a reply that says why; an accepted one gets eyes.",
+    )
+    trig.add_argument(
+        "--event-name", required=True, choices=("push", "pull_request", "issue_comment", "workflow_dispatch")
+    )
+    trig.add_argument("--event", type=Path, required=True, help="the event payload (GITHUB_EVENT_PATH)")
+    trig.add_argument(
+        "--same-repo-prs",
+        action="store_true",
+        help="pull_request from a branch of this repository runs cells (site opt-in; forks never do)",
+    )
+
+    cmp = sub.add_parser(
+        "compare",
+        help="compare a cell's run dir with the same cell run on the merge base",
+        description="Re-judge both run dirs and say whether the failure is new in the change, already failing "
+        "on the base (same failure class and first exception), a changed failure, or unknown.",
+    )
+    cmp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    cmp.add_argument("base_run_dir", type=Path, metavar="BASE_RUN_DIR")
+
+    gate = sub.add_parser(
+        "gate",
+        help="the reusable workflow's first job: refuse any run that may not reach the GPU runners",
+        description="Decide from GitHub's own context (EVENT_NAME, REPOSITORY, REF, SHA, PR_HEAD_REPOSITORY) and "
+        "the caller's BRIDGE_REPOSITORY, HEAD_SHA and SAME_REPO_PRS whether this run may use the GPU runners. "
+        "Exit 0 with the reason, or 1 with the refusal.",
+    )
+    gate.add_argument(
+        "--warmup",
+        action="store_true",
+        help="the warm-up's gate: only schedule, or workflow_dispatch on DEFAULT_BRANCH",
+    )
+
+    notice = sub.add_parser(
+        "fork-notice",
+        help="comment on a fork's pull request how a maintainer starts the run (the workflow_run publisher)",
+    )
+    notice.add_argument("notice", type=Path, help="fork-notice.json from the fork's run (read as data)")
+    notice.add_argument("--head-sha", required=True, help="github.event.workflow_run.head_sha")
+    notice.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
+
+
+def _repo(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    repo = args.repo or env.get("GITHUB_REPOSITORY", "")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise UsageError(f"--repo {repo or '(unset)'}: expected owner/name (or set GITHUB_REPOSITORY)")
+    return repo
+
+
+def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    say = _sayer(stdout)
+    plan: dict[str, Any] = {}
+    if args.plan is not None:
+        try:
+            plan = json.loads(args.plan.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            say(f"no readable plan at {args.plan} ({exc.__class__.__name__}); reporting without it")
+    job_failures, results = [], {}
+    for item in args.job_result:
+        name, _, result = item.partition("=")
+        results[name] = result
+        if result in ("failure", "cancelled"):
+            job_failures.append(f"{name}: {result}")
+    if isinstance(plan.get("cells"), list):
+        # with the plan, every cell has a row (judged, or "did not report"): a failed cell job is told there
+        job_failures = [j for j in job_failures if not j.startswith("cell:")]
+    server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
+    named = args.repo or env.get("GITHUB_REPOSITORY", "")
+    run_url = args.run_url or (f"{server}/{named}/actions/runs/{run_id}" if named and run_id else "")
+    planned = plan.get("cells") if isinstance(plan.get("cells"), list) else None
+    verdicts = collect(
+        args.run_dirs,
+        say,
+        allow_empty=args.plan is not None,
+        planned=planned,
+        job_result=results.get("cell", results.get("cells", "")),
+        run_url=run_url,
+        head_sha=args.sha or "",
+    )
+    if args.baseline is not None:
+        base = {v.cell_id: v for v in collect([args.baseline], say, allow_empty=True)}
+        context = plan.get("context") or {}
+        verdicts = annotate(verdicts, base, str(context.get("merge_base") or ""), str(context.get("base") or ""))
+    publishing = (args.comment and args.pr is not None) or args.check or args.tracking_issue
+    repo = _repo(args, env) if publishing or args.repo else ""
+    ctx = Context(
+        repo=repo,
+        pr=args.pr,
+        sha=args.sha or env.get("GITHUB_SHA", ""),
+        merge_base=args.merge_base or plan.get("context", {}).get("merge_base", ""),
+        run_url=run_url,
+        artifacts_url=args.artifacts_url or (f"{run_url}#artifacts" if run_url else ""),
+        skipped=plan.get("skipped", {}),
+        reasons=plan.get("reasons", {}),
+        uncovered=plan.get("uncovered", {}),
+        deferred=[d for d in plan.get("deferred") or [] if isinstance(d, dict)],
+        section=_section(args.section) or ("scheduled" if args.tracking_issue else ""),
+        job_failures=job_failures,
+        pre_existing_fails=args.pre_existing_fails,
+    )
+    summary = args.summary or (Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None)
+    # cancelled, and no cell finished on its own (a cell's own deadline still leaves a verdict): superseded
+    superseded = "cancelled" in results.values() and all(
+        v.failure_class in ("did_not_report", "interrupted") for v in verdicts
+    )
+    if superseded:  # a newer push cancelled this run: its half-run cells say nothing; keep the last result
+        say("the run was cancelled (superseded by a newer run): the PR comment and check keep the last finished result")
+    opts = PublishOptions(
+        comment=args.comment and not superseded,
+        check=args.check and not superseded,
+        blocked_fails=not args.blocked_neutral,
+        summary=summary,
+        junit=args.junit,
+        dry_run=args.dry_run,
+        bot_login=args.bot_login,
+        tracking_issue=args.tracking_issue and not superseded,
+    )
+    client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
+    done = publish(verdicts, ctx, opts, client, say)
+    stdout.write(f"verl-e2e: {done['result']} ({len(verdicts)} cells)\n")
+    if superseded:
+        return 0
+    if done["result"] == "Fail" and only_pre_existing(verdicts, ctx):
+        stdout.write("verl-e2e: every failure is already on the merge base; not counted against the change\n")
+        return 0
+    return 0 if done["result"] in ("Pass", "Skipped") else 1
+
+
+def cmd_compare(args: argparse.Namespace, stdout: TextIO) -> int:
+    here, base = judge_run_dir(args.run_dir), judge_run_dir(args.base_run_dir)
+    result = compare(here, base)
+    if result is None:
+        stdout.write(f"{here.cell_id}: Pass here (the base: {base.result}); nothing to compare\n")
+        return 0
+    stdout.write(f"{here.cell_id}: {result['outcome']} - {result['reason']}\n")
+    stdout.write(f"  this run: {here.result}, {here.failure_class}: {here.exception or 'no exception'}\n")
+    stdout.write(f"  the base: {base.result}, {base.failure_class}: {base.exception or 'no exception'}\n")
+    return 0
+
+
+def cmd_react(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    GitHubClient.from_env(env).react(_repo(args, env), args.comment_id, args.content)
+    return 0
+
+
+def cmd_reply(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    client, repo = GitHubClient.from_env(env), _repo(args, env)
+    client.react(repo, args.comment_id, "confused")
+    created = client.create_comment(repo, args.pr, refusal(args.reason))
+    stdout.write(f"verl-e2e: replied on {repo}#{args.pr} (comment {created.get('id')})\n")
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    try:
+        event = json.loads(args.event.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"trigger: --event {args.event}: unreadable event payload ({exc}); pass GITHUB_EVENT_PATH"
+        ) from None
+    if not isinstance(event, dict):
+        raise UsageError(f"trigger: --event {args.event}: expected a JSON object (GitHub's event payload)")
+    try:
+        request = _request(args, event, env)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"trigger: the {args.event_name} payload in {args.event} lacks {exc} (or it has the wrong type); "
+            "pass the event file GitHub wrote for this event (GITHUB_EVENT_PATH)"
+        ) from None
+    if request is None:
+        request = RunRequest(run=False, plan=False, reason="not a /verl-e2e command on a pull request")
+    outputs = request.outputs()
+    if env.get("GITHUB_OUTPUT"):
+        append_outputs(Path(env["GITHUB_OUTPUT"]), outputs)
+    stdout.write(f"verl-e2e: run={outputs['run']} plan={outputs['plan']}: {request.reason}\n")
+    return 0
+
+
+def _request(args: argparse.Namespace, event: dict[str, Any], env: Mapping[str, str]) -> RunRequest | None:
+    """The run request of one event payload (replies to a refused comment on the way)."""
+    request: RunRequest | None
+    if args.event_name == "pull_request":
+        request = from_pull_request(event, same_repo_prs=args.same_repo_prs)
+    elif args.event_name == "push":
+        request = from_push(event, GitHubClient.from_env(env))
+    else:
+        client = GitHubClient.from_env(env)
+        try:
+            request = (
+                from_comment(event, client) if args.event_name == "issue_comment" else from_dispatch(event, client)
+            )
+        except Ignored as exc:
+            request = RunRequest(run=False, plan=False, reason=f"ignored: {exc}", source="issue_comment")
+        except CommandError as exc:
+            if args.event_name != "issue_comment":
+                raise
+            repo, number, comment_id = (
+                event["repository"]["full_name"],
+                event["issue"]["number"],
+                event["comment"]["id"],
+            )
+            client.react(repo, int(comment_id), "confused")
+            client.create_comment(repo, int(number), refusal(str(exc)))
+            request = RunRequest(
+                run=False,
+                plan=False,
+                reason=f"refused: {exc}",
+                repo=repo,
+                pr=int(number),
+                comment_id=int(comment_id),
+                source="issue_comment",
+            )
+        else:
+            if request is not None and request.comment_id is not None:
+                client.react(request.repo, request.comment_id, "eyes")
+    return request
+
+
+def cmd_gate(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    decide = decide_warmup if args.warmup else gate_decide
+    try:
+        reason = decide(GateContext.from_env(env))
+    except GateRefused as exc:
+        stdout.write(f"verl-e2e gate: refused: {exc}\n")
+        if env.get("GITHUB_STEP_SUMMARY"):
+            with Path(env["GITHUB_STEP_SUMMARY"]).open("a", encoding="utf-8") as fh:
+                fh.write(f"verl-e2e did not run on the GPU runners: {exc}\n")
+        return 1
+    stdout.write(f"verl-e2e gate: allowed: {reason}\n")
+    return 0
+
+
+def cmd_fork_notice(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+    """Post the plan-only note on a fork PR. The artifact came from untrusted code: check everything."""
+    try:
+        data = json.loads(args.notice.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"fork-notice: {args.notice}: unreadable ({exc})") from None
+    pr, sha = str(data.get("pr", "")), str(data.get("head_sha", ""))
+    if not pr.isdigit() or not re.fullmatch(r"[0-9a-f]{40}", sha) or sha != args.head_sha:
+        raise UsageError("fork-notice: the notice does not name this run's pull request and head; nothing posted")
+    client, repo = GitHubClient.from_env(env), _repo(args, env)
+    pull = client.pull(repo, int(pr))
+    if pull["head"]["sha"] != sha:
+        raise UsageError(f"fork-notice: PR #{pr} is now at {pull['head']['sha'][:12]}, not {sha[:12]}; nothing posted")
+    action, _ = upsert_comment(client, repo, int(pr), fork_notice(sha))
+    stdout.write(f"verl-e2e: fork notice {action} on {repo}#{pr}\n")
+    return 0

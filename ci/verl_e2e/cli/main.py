@@ -1,0 +1,389 @@
+"""Command line: `verl-e2e plan | validate | families`. The only place that turns errors into exit codes.
+
+Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matrix.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+import docker.errors
+
+from verl_e2e import __version__
+from verl_e2e.cli import base_cmd as cli_base
+from verl_e2e.cli import github_cmd as cli_github
+from verl_e2e.cli import inspect_cmd as cli_inspect
+from verl_e2e.cli import run_cmd as cli_run
+from verl_e2e.cli import surface_cmd as cli_surface
+from verl_e2e.cli.examples import EXAMPLES
+from verl_e2e.config import site
+from verl_e2e.config.matrix import LEVELS, Matrix, load_matrix, with_runners
+from verl_e2e.errors import UsageError, VerlE2EError
+from verl_e2e.plan import budget, runtime, scheduled, surface
+from verl_e2e.plan.cells import expand, uncovered
+from verl_e2e.plan.changes import ChangedFile, is_pin, parse_name_status, read_changed_files
+from verl_e2e.plan.contract import Plan, render_json, render_text, write_github
+from verl_e2e.plan.diffs import read_diff
+from verl_e2e.plan.enrich import changed_line_ranges, files_from_diff, with_architectures, with_diff
+from verl_e2e.plan.gitchanges import changes_from_git, resolve_commit
+from verl_e2e.plan.select import select
+from verl_e2e.run import launch
+from verl_e2e.run.runinputs import require_container_in_actions
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")
+
+
+def parse_levels(text: str) -> list[int] | None:
+    """'auto' -> None; 'all' -> 0..5; '0,2' -> [0, 2]."""
+    value = text.strip().lower()
+    if value == "auto":
+        return None
+    if value == "all":
+        return list(LEVELS)
+    levels: set[int] = set()
+    for part in value.replace(" ", "").split(","):
+        if not part.isdigit() or int(part) not in LEVELS:
+            raise UsageError(
+                f"--levels {text}: unknown level {part!r}; expected 'auto', 'all' or a comma list of 0-5 "
+                "(e.g. --levels 0,2)"
+            )
+        levels.add(int(part))
+    return sorted(levels)
+
+
+def _change_arguments(p: argparse.ArgumentParser) -> None:
+    """What changed and which levels: shared by `plan` and `run`."""
+    src = p.add_argument_group("what changed (one of)")
+    src.add_argument(
+        "--changed-files",
+        metavar="FILE",
+        help="`git diff --name-status` lines or bare paths; '-' reads stdin",
+    )
+    src.add_argument(
+        "--diff",
+        metavar="FILE",
+        help="the change's unified diff (as `git diff` or GitHub's API prints it): the changed lines and the "
+        "functions they sit in decide; alone or with --changed-files",
+    )
+    src.add_argument("--repo", metavar="PATH", help="a Bridge checkout to diff (needs --base; --head defaults to HEAD)")
+    p.add_argument(
+        "--runners",
+        metavar="JSON",
+        help="this site's GPU runner labels per GPU count, e.g. "
+        '{"2": ["self-hosted", "gpu-2"]} (default: matrix.yaml\'s runners)',
+    )
+    src.add_argument(
+        "--example",
+        nargs="?",
+        const="new-provider",
+        choices=sorted(EXAMPLES),
+        help="plan a built-in example change (default: new-provider)",
+    )
+    p.add_argument("--base", metavar="REV", help="base revision; the diff starts at its merge base with --head")
+    p.add_argument("--head", metavar="REV", default=None, help="head revision (default: HEAD)")
+    p.add_argument(
+        "--levels",
+        default="auto",
+        help="'auto' (from the rules), 'all', or a list such as 0,2 (default: auto)",
+    )
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run on this model family instead (repeatable or comma list; 'all': every family)",
+    )
+    p.add_argument("--model", metavar="HF_ID", help="use this checkpoint instead of the family's")
+    p.add_argument(
+        "--scheduled",
+        action="store_true",
+        help="the scheduled full run: every family's Level 0 and the weekly multi-GPU layouts (no change needed)",
+    )
+    p.add_argument(
+        "--budget",
+        type=budget.minutes,
+        metavar="GPU_MINUTES",
+        help="GPU-minutes an automatic plan may spend; cells over it are listed as not run, with the request "
+        "that runs them (default: matrix.yaml's defaults.gpu_budget_minutes; 0: no limit; explicit --levels "
+        "are not limited)",
+    )
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="verl-e2e",
+        description="Run a Megatron-Bridge change inside verl's Megatron PPO loop: plan, run, judge, report.",
+    )
+    parser.add_argument("--version", action="version", version=f"verl-e2e {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    plan = sub.add_parser(
+        "plan",
+        help="choose coverage levels for a change and expand them into cells",
+        description="Choose coverage levels 0-5 from a change's paths (rules in matrix.yaml), or take them "
+        "from --levels, and expand them into cells: one verl run each.",
+        epilog="examples:\n  verl-e2e plan --example\n"
+        "  git diff --name-status main... | verl-e2e plan --changed-files -\n"
+        "  verl-e2e plan --repo ../Megatron-Bridge --base origin/main --head HEAD --format json\n"
+        "  verl-e2e plan --levels 0,2 --family qwen_vl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _change_arguments(plan)
+    plan.add_argument(
+        "--format", choices=("text", "json", "github"), default="text", help="output format (default: text)"
+    )
+    plan.add_argument("--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)")
+    plan.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
+
+    validate = sub.add_parser("validate", help="check a matrix.yaml against its schema and report every problem")
+    validate.add_argument("path", nargs="?", help="matrix.yaml (default: the one shipped)")
+
+    families = sub.add_parser("families", help="list the model families and their checkpoints")
+    families.add_argument("--matrix", metavar="PATH")
+
+    evidence = sub.add_parser(
+        "evidence",
+        help="read a bare verl log (e.g. from a manual run) and print what it shows",
+        description="Parse a verl console log: steps, progress, saves, resume, first exception, failure "
+        "class, NaNs, validation metrics, traced wrapper variables and Bridge import paths.",
+    )
+    evidence.add_argument("log", metavar="LOG", help="a verl console log; '-' reads stdin")
+    evidence.add_argument("--format", choices=("json", "text"), default="text")
+    evidence.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
+
+    judge = sub.add_parser(
+        "judge",
+        help="(re-)judge run dirs: write evidence.json, verdict.json, junit.xml and print the summary",
+        description="Judge each run dir from its logs and records. Exit 0 when every cell passed or was "
+        "skipped, 1 when any failed or was blocked.",
+    )
+    judge.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    judge.add_argument("--baseline", metavar="LOG", help="a known-good run's log for the Level 5 trend")
+    judge.add_argument("--format", choices=("text", "json"), default="text")
+    judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
+
+    cli_run.add_commands(sub)
+    cli_github.add_commands(sub)
+    cli_surface.add_command(sub)
+    run = sub.add_parser(
+        "run",
+        help="plan a change and run every cell locally (plan -> image -> cells -> run dirs)",
+        description="The all-in-one local command: plan, ensure the image, run each cell into OUT/<cell id>. "
+        "Without a Docker engine or GPUs it stops before running, says why and prints the docker commands "
+        "it would have run (exit 2).",
+    )
+    _change_arguments(run)
+    cli_run.run_options(run, dry_run_defaults=True)
+    run.add_argument("--dry-run", action="store_true", help="print the plan and the docker commands only")
+    return parser
+
+
+def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile] | None, dict[str, object]]:
+    chosen = [n for n in ("changed_files", "repo", "example") if getattr(args, n) is not None]
+    if len(chosen) > 1:
+        raise UsageError(
+            f"plan: --{chosen[0].replace('_', '-')} and --{chosen[1].replace('_', '-')} both given; "
+            "pass only one source of changes"
+        )
+    if args.repo is None and (args.base or args.head):
+        raise UsageError("plan: --base/--head need --repo PATH (the Bridge checkout to diff)")
+    if args.diff is not None and args.repo is not None:
+        raise UsageError("plan: --diff and --repo both given; --repo reads the diff itself, pass only one")
+    if args.changed_files is not None or args.diff is not None:
+        diffs = read_diff(args.diff) if args.diff is not None else {}
+        if args.changed_files is not None:
+            text = stdin.read() if args.changed_files == "-" else None
+            files = read_changed_files(args.changed_files, text)
+        else:
+            files = files_from_diff(diffs)
+        files = with_architectures(with_diff(files, diffs), surface.shipped())
+        what = "changed file(s)" + (" with their diff" if args.diff is not None else "")
+        return files, {"source": "changed-files", "summary": f"{len(files)} {what}"}
+    if args.repo is not None:
+        if not args.base:
+            raise UsageError("plan: --repo needs --base REV (e.g. --base origin/main)")
+        files, merge_base, head = changes_from_git(args.repo, args.base, args.head or "HEAD")
+        return files, {
+            "source": "git",
+            "merge_base": merge_base,
+            "base": resolve_commit(args.repo, args.base),  # the base branch's tip as the trigger saw it
+            "head": head,
+            "summary": f"{len(files)} changed file(s) at {head[:12]} against merge base {merge_base[:12]}",
+        }
+    if args.example is not None:
+        what, text = EXAMPLES[args.example]
+        files = parse_name_status(text, f"example {args.example}")
+        return files, {"source": f"example:{args.example}", "summary": f"example '{args.example}': {what}"}
+    return None, {"source": "none", "summary": "no changes given"}
+
+
+HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
+    if args.model is not None and not HF_ID.fullmatch(args.model):
+        raise UsageError(
+            f"--model {args.model!r}: not a checkpoint id; expected ORG/NAME as on the Hugging Face hub "
+            "(e.g. Qwen/Qwen3-0.6B), the path under the runners' model cache"
+        )
+    if getattr(args, "runners", None):
+        matrix = with_runners(matrix, site.runners(args.runners))
+    requested = parse_levels(args.levels)
+    families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
+    if "all" in families:  # every family's model
+        families = sorted(matrix.families)
+    if args.scheduled:
+        selection, cells = scheduled.plan(matrix)
+        return Plan(selection, cells, {"source": "scheduled", "summary": scheduled.WHY}, uncovered(matrix, selection))
+    files, context = _changes(args, stdin)
+    if files is None and requested is None:
+        raise UsageError(
+            f"{args.command}: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
+            "or explicit --levels (e.g. --levels 0)"
+        )
+    selection = select(matrix, files or [], requested, families, surface.shipped(), ran=runtime.shipped())
+    if files:
+        context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
+        context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})
+        context["changed_functions"] = {
+            f.path: list(f.functions if f.functions is not None else f.scopes)
+            for f in files
+            if f.path.endswith(".py") and (f.functions or f.scopes)
+        }
+    cells = expand(matrix, selection, args.model)
+    limit = matrix.defaults.gpu_budget_minutes if args.budget is None else args.budget
+    chosen = budget.apply(cells, selection, limit or None if requested is None else None)
+    return Plan(selection, chosen.run, context, uncovered(matrix, selection), chosen)
+
+
+def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    plan = _make_plan(args, matrix, stdin)
+    if args.out:
+        Path(args.out).write_text(render_json(plan), encoding="utf-8")
+    if args.format == "json":
+        stdout.write(render_json(plan))
+    elif args.format == "github":
+        outputs = write_github(plan, matrix, env)
+        stdout.write(render_text(plan, matrix))
+        if not env.get("GITHUB_OUTPUT"):
+            stdout.write("".join(f"{k}={v}\n" for k, v in outputs.items()))
+    else:
+        stdout.write(render_text(plan, matrix))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    matrix = load_matrix(args.matrix)
+    if not args.dry_run and (args.bridge is None or args.out is None):
+        raise UsageError("run: --bridge PATH and --out DIR are needed to run cells (or pass --dry-run to see them)")
+    plan = _make_plan(args, matrix, stdin)
+    stdout.write(render_text(plan, matrix))
+    if not plan.cells:
+        stdout.write("verl-e2e: nothing to run\n")
+        return 0
+    if args.dry_run:
+        return _dry_run(args, matrix, plan, stdout)
+    verdicts = launch.run_many(plan.cells, cli_run.request_from(args), matrix, stdout)
+    return cli_run.finish(verdicts, stdout, table=True)
+
+
+def _dry_run(args: argparse.Namespace, matrix: Matrix, plan: Plan, stdout: TextIO) -> int:
+    """Write each cell's cell.json and print the commands that would run them, nothing else."""
+    args.out = (args.out or Path("verl-e2e-runs")).resolve()
+    if args.bridge is None:
+        args.bridge = Path("../Megatron-Bridge")
+        stdout.write("verl-e2e: no --bridge given; the commands use ../Megatron-Bridge\n")
+    args.bridge = args.bridge.resolve()  # docker mounts need absolute paths
+    request = cli_run.request_from(args)
+    image = args.image or launch.image_tag(request, matrix)
+    for cell in plan.cells:
+        (args.out / cell.id).mkdir(parents=True, exist_ok=True)
+        (args.out / cell.id / "cell.json").write_text(json.dumps(cell.to_json(), indent=2))
+    stdout.write(f"verl-e2e: wrote {len(plan.cells)} cell.json file(s) under {args.out}; the commands:\n")
+    stdout.write("".join(f"  {line}\n" for line in launch.would_run(plan.cells, request, matrix, image)))
+    return 0
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    env = os.environ if env is None else env
+    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command in ("run-cell", "run", "base-run"):
+            slurm_container = getattr(args, "slurm_container", None)
+            dry_run = bool(getattr(args, "dry_run", False))
+            require_container_in_actions(args.command, args.backend, slurm_container, env, dry_run)
+        if args.command == "plan":
+            return _cmd_plan(args, env, stdin, stdout)
+        if args.command == "validate":
+            return cli_inspect.cmd_validate(args, stdout)
+        if args.command == "families":
+            return cli_inspect.cmd_families(args, stdout)
+        if args.command == "evidence":
+            return cli_inspect.cmd_evidence(args, stdin, stdout)
+        if args.command == "judge":
+            return cli_inspect.cmd_judge(args, stdout)
+        if args.command == "image":
+            return cli_run.cmd_image(args, stdout)
+        if args.command == "run-cell":
+            return cli_run.cmd_run_cell(args, stdout)
+        if args.command == "run":
+            return _cmd_run(args, stdin, stdout)
+        if args.command == "base-run":
+            return cli_base.cmd_base_run(args, stdout)
+        if args.command == "surface":
+            return cli_surface.cmd_surface(args, stdout)
+        if args.command == "prefetch":
+            return cli_run.cmd_prefetch(args, env, stdout)
+        if args.command == "report":
+            return cli_github.cmd_report(args, env, stdout)
+        if args.command == "react":
+            return cli_github.cmd_react(args, env)
+        if args.command == "reply":
+            return cli_github.cmd_reply(args, env, stdout)
+        if args.command == "trigger":
+            return cli_github.cmd_trigger(args, env, stdout)
+        if args.command == "compare":
+            return cli_github.cmd_compare(args, stdout)
+        if args.command == "gate":
+            return cli_github.cmd_gate(args, env, stdout)
+        if args.command == "fork-notice":
+            return cli_github.cmd_fork_notice(args, env, stdout)
+        parser.print_help(stdout)
+        return 2
+    except VerlE2EError as exc:
+        stderr.write(f"verl-e2e: error: {exc}\n")
+        return exc.exit_code
+    except docker.errors.DockerException as exc:
+        detail = str(getattr(exc, "explanation", None) or exc).strip().splitlines()[-1][:300]
+        stderr.write(f"verl-e2e: error: the container engine refused: {detail}\n")
+        return 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        stderr.write("verl-e2e: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`verl-e2e surface`: rebuild the shipped index of verl's surface on Bridge from two checkouts, and
+fold real cells' records of what they executed into the shipped runtime records.
+
+The index (`data/surface.json`) records the verl and Bridge commits it was read from; rebuild it when
+verl's pin moves (`defaults.verl_ref` in matrix.yaml) or Bridge gains models. Without --verl the
+import list of the current index is kept, so a Bridge-only refresh needs no verl checkout.
+`--runs RUN_DIR ...` merges each run dir's `bridge-functions.json` into `data/runtime.json` (a newer
+record of the same cell replaces the older one); the scheduled run does this on the base branch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from verl_e2e.errors import UsageError
+from verl_e2e.plan import runtime, surface
+from verl_e2e.resources import data_dir
+
+
+def add_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "surface",
+        help="rebuild the index of what verl imports from Bridge, what that reaches, who registers which model",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bridge", type=Path, metavar="DIR", help="a Megatron-Bridge checkout or sdist tree")
+    p.add_argument(
+        "--runs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="real run dirs whose bridge-functions.json says what each cell ran (merged into data/runtime.json)",
+    )
+    p.add_argument("--verl", type=Path, metavar="DIR", help="a verl checkout (default: keep the index's imports)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: the shipped index)")
+
+
+def cmd_surface(args: argparse.Namespace, stdout: TextIO) -> int:
+    if args.runs:
+        return _merge_runs(args, stdout)
+    if args.bridge is None:
+        raise UsageError("surface: pass --bridge DIR to rebuild the index, or --runs RUN_DIR ... to merge records")
+    previous = surface.shipped()
+    built = surface.build(args.bridge, args.verl, previous)
+    out = args.out or data_dir() / "surface.json"
+    out.write_text(json.dumps(surface.to_json(built), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    registered = sorted({a for archs in built.architectures.values() for a in archs})
+    stdout.write(
+        f"verl-e2e surface: {out}: verl {built.verl_commit[:12]} imports {len(built.verl_imports)} Bridge symbols; "
+        f"Bridge {built.bridge_commit[:12]}: {len(built.reachable)} modules on the surface, "
+        f"{len(built.unreachable)} off it, {len(registered)} registered architectures\n"
+    )
+    return 0
+
+
+def _merge_runs(args: argparse.Namespace, stdout: TextIO) -> int:
+    records = []
+    for run_dir in args.runs:
+        ran = runtime.from_run_dir(run_dir)
+        if ran is None:
+            raise UsageError(f"surface --runs {run_dir}: needs cell.json, provenance.json and bridge-functions.json")
+        if not ran.functions:
+            raise UsageError(f"surface --runs {run_dir}: bridge-functions.json records no Bridge function")
+        records.append(ran)
+        count = sum(len(q) for q in ran.functions.values())
+        stdout.write(f"verl-e2e surface: {ran.cell} at Bridge {ran.bridge_commit[:12]}: {count} functions\n")
+    out = args.out or data_dir() / "runtime.json"
+    merged = runtime.merge(runtime.shipped(), records)  # --out: the merged index elsewhere, shipped one untouched
+    out.write_text(json.dumps(runtime.to_json(merged), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    stdout.write(f"verl-e2e surface: {out}: {len(merged)} recorded cell(s)\n")
+    return 0

@@ -1,0 +1,157 @@
+"""Aspects: what the touched code is about (MoE, MTP, vision, quantization, parallel layout, state, numerics).
+
+Path rules say *where* a change is; aspects say *what* it touches, so a PEFT change that broadcasts
+shared-expert adapters across EP ranks gets the expert-parallel and parallelism levels although its path
+says only "peft". Each aspect in matrix.yaml is a regular expression searched in a file's changed lines
+and in the names of the functions/classes the change sits in (`diffs.py`, `scopes.py`), for files on
+verl's surface only. Matching identifiers, not prose: comment lines are left out, so a docstring that
+mentions "pipeline" selects nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verl_e2e.config.globs import PathSet
+from verl_e2e.errors import ConfigError
+
+try:  # google-re2 (a core dependency): a DFA, so ten aspects over a 2 MB diff cost milliseconds, not seconds
+    import re2 as _re2
+except ImportError:  # pragma: no cover - the pure-Python engine gives the same answers, slower
+    _re2 = None
+
+
+def _compile(pattern: str) -> Any:
+    """RE2 where the pattern allows it (no backreferences, no lookaround), else Python's engine."""
+    re.compile(pattern)  # the error message users see names Python's syntax, which RE2 accepts a subset of
+    if _re2 is not None:
+        try:
+            return _re2.compile(pattern)
+        except Exception:
+            pass
+    return re.compile(pattern)
+
+
+# the code verl runs to build, convert and adapt the model (Bridge's training package is its own loop)
+DEFAULT_PATHS = ["src/megatron/bridge/models/**", "src/megatron/bridge/peft/**", "src/megatron/bridge/utils/**"]
+KINDS = ("all", "moe", "vlm", "mtp", "quant", "custom")
+_STRING = _compile(r"""\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'""")
+_COMMENT = re.compile(r"^\s*(#|\"\"\"|'''|\*|//)")
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One aspect: its pattern, the levels it selects and the variant kind those levels run."""
+
+    name: str
+    why: str
+    pattern: Any  # a compiled RE2 (or `re`) pattern: search() -> match with group/start/end
+    levels: frozenset[int]
+    kind: str = "all"  # which variants of the selected levels apply: "all" or one of KINDS
+    paths: PathSet | None = None  # limit to these files (default: every file on verl's surface)
+    strings: bool = True  # False: string literals are blanked before matching (names in tables, messages)
+    architecture: str | None = None  # a kind only some families have: shared code runs on that kind's family
+
+
+def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspect, ...]:
+    """matrix.yaml `aspects:` -> Aspects (the schema has checked types; the patterns compile here)."""
+    out = []
+    for i, node in enumerate(nodes):
+        try:
+            pattern = _compile(node["pattern"])
+        except re.error as exc:
+            raise ConfigError(f"{where}[{i}].pattern: not a regular expression ({exc}); fix the pattern") from None
+        paths = PathSet.parse(node.get("paths", DEFAULT_PATHS), f"{where}[{i}].paths")
+        levels, kind = frozenset(node["levels"]), node.get("kind", "all")
+        strings, arch = node.get("strings", True), node.get("architecture")
+        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch))
+    return tuple(out)
+
+
+def code_lines(lines: Iterable[str]) -> list[str]:
+    """Changed lines without comment-only lines and without the text of trailing comments."""
+    out = []
+    for line in lines:
+        if not line.strip() or _COMMENT.match(line):
+            continue
+        out.append(line.split("  #", 1)[0])
+    return out
+
+
+@dataclass(frozen=True)
+class Hit:
+    aspect: Aspect
+    term: str  # the first text the pattern matched, quoted in the plan
+    where: str  # "changed lines" or "scope NAME"
+
+
+class _Sets:
+    """The aspects' patterns as RE2 sets: one pass over a file's code (and one over its scope names)
+    says which aspects match, so only those are searched again for the term to quote."""
+
+    def __init__(self, aspects: Sequence[Aspect]) -> None:
+        self.code, self.bare, self.names = _re2.Set.SearchSet(), _re2.Set.SearchSet(), _re2.Set.SearchSet()
+        for aspect in aspects:
+            source = aspect.pattern.pattern
+            (self.code if aspect.strings else self.bare).Add(source)
+            self.names.Add(source)
+        for each in (self.code, self.bare, self.names):
+            each.Compile()
+        self.by_text = {True: [a for a in aspects if a.strings], False: [a for a in aspects if not a.strings]}
+
+
+_SETS: dict[int, tuple[Sequence[Aspect], _Sets | None]] = {}
+
+
+def _sets(aspects: Sequence[Aspect]) -> _Sets | None:
+    """RE2 sets for these aspects (kept while the matrix lives), or None where RE2 cannot take them."""
+    cached = _SETS.get(id(aspects))
+    if cached is not None and cached[0] is aspects:
+        return cached[1]
+    sets = None
+    if _re2 is not None and all(isinstance(a.pattern, _re2._Regexp) for a in aspects):
+        try:
+            sets = _Sets(aspects)
+        except Exception:  # a pattern RE2 compiled alone but not in a set: search one by one
+            sets = None
+    _SETS[id(aspects)] = (aspects, sets)
+    return sets
+
+
+def _candidates(aspects: Sequence[Aspect], code: str, bare: str, names: str) -> set[int]:
+    """Ids of the aspects whose pattern can match this file (all of them without RE2 sets)."""
+    sets = _sets(aspects)
+    if sets is None:
+        return {id(a) for a in aspects}
+    found: set[int] = set()
+    for text, group, pool in ((code, sets.code, True), (bare, sets.bare, False)):
+        found |= {id(sets.by_text[pool][i]) for i in group.Match(text) or ()}
+    found |= {id(aspects[i]) for i in sets.names.Match(names) or ()}
+    return found
+
+
+def find(aspects: Sequence[Aspect], path: str, lines: Iterable[str], scopes: Sequence[str]) -> list[Hit]:
+    """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes.
+
+    With RE2, one set match per text says which aspects can fire, and only those are searched for
+    the term: a 3,000-file diff stays well under a second."""
+    code = "\n".join(code_lines(lines))
+    bare = _STRING.sub('""', code)
+    names = "\n".join(scopes)
+    maybe = _candidates(aspects, code, bare, names)
+    hits = []
+    for aspect in aspects:
+        if id(aspect) not in maybe or (aspect.paths is not None and not aspect.paths.matches(path)):
+            continue
+        m = aspect.pattern.search(code if aspect.strings else bare)
+        if m:
+            hits.append(Hit(aspect, m.group(0), "changed lines"))
+            continue
+        m = aspect.pattern.search(names)
+        if m:
+            scope = names[names.rfind("\n", 0, m.start()) + 1 : (names.find("\n", m.end()) + 1 or len(names) + 1) - 1]
+            hits.append(Hit(aspect, m.group(0), f"in {scope}"))
+    return hits

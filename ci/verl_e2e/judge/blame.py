@@ -1,0 +1,95 @@
+"""What a verdict says about the culprit: the frame, whether it is code this PR changed, whose problem
+a failure with no Bridge frame is, and which Megatron-Core really ran.
+
+`changes` is the plan's record of the PR's change, written into the run dir by the host
+(`changes.json`): `lines`, the added line ranges per path (`{path: [[first, last], ...]}`), and
+`functions`, the functions and classes those changes sit in (`{path: ["LoRA.transform", ...]}`). A
+failing Bridge frame on a changed line is "in code this PR changed"; one inside a changed function
+(the call a changed argument list feeds, say) is "in a function this PR changed". Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from verl_e2e.judge.culprit import BRIDGE, MCORE, VERL, where
+from verl_e2e.judge.evidence import Evidence
+
+Changes = Mapping[str, Any]
+
+
+def _changed_line(frame: Mapping[str, Any], changes: Changes) -> bool:
+    line = int(frame.get("line") or 0)
+    ranges = (changes.get("lines") or {}).get(str(frame.get("path", ""))) or ()
+    return any(len(r) == 2 and int(r[0]) <= line <= int(r[1]) for r in ranges)
+
+
+def _changed_function(frame: Mapping[str, Any], changes: Changes) -> str | None:
+    """The changed function (qualname) the frame is in: a traceback names the function, not its class."""
+    names = (changes.get("functions") or {}).get(str(frame.get("path", ""))) or ()
+    return next((q for q in names if str(q).rsplit(".", 1)[-1] == frame.get("function")), None)
+
+
+def culprit_phrase(ev: Evidence | None, changes: Changes | None) -> str:
+    """' (at ...)' for a headline: the culprit frame and, where known, whether the PR changed it."""
+    located = ev.culprit if ev is not None else None
+    if not located:
+        return ""
+    culprit = located["culprit"]
+    bridge = list(reversed(located.get("bridge_frames") or []))
+    if changes:
+        on_line = next((f for f in bridge if _changed_line(f, changes)), None)
+        if on_line is not None:
+            return f" (in code this PR changed: `{on_line['path']}:{on_line['line']}` in `{on_line['function']}`)"
+        for f in bridge:
+            qualname = _changed_function(f, changes)
+            if qualname:
+                return f" (in a function this PR changed: `{qualname}` at `{f['path']}:{f['line']}`)"
+    if culprit["owner"] == BRIDGE:
+        tail = "; not in code this PR changed" if changes else ""
+        return f" (at {where(culprit)}{tail})"
+    return f" ({located['chain']})"
+
+
+def megatron_source(provenance: Mapping[str, Any]) -> str:
+    """Which Megatron-Core the cell ran: the PR's submodule at its commit, or the installed package."""
+    chosen = provenance.get("megatron_lm")
+    core = (provenance.get("environment") or {}).get("megatron_core") or {}
+    version = core.get("version") if isinstance(core, Mapping) else None
+    submodule = provenance.get("megatron_lm_commit")
+    if chosen == "installed":
+        return f"megatron-core {version or '(version not recorded)'} installed in the environment"
+    if chosen:
+        at = f" at {str(submodule)[:12]}" if submodule else ""
+        if str(chosen).rstrip("/").endswith("3rdparty/Megatron-LM"):
+            return f"the PR's 3rdparty/Megatron-LM submodule{at}"
+        return f"Megatron-LM from {chosen}"
+    return "a Megatron-Core the run dir does not name"
+
+
+def megatron_limitation(provenance: Mapping[str, Any]) -> str | None:
+    """A limitation where the PR's own pinned Megatron-LM did not run."""
+    if provenance.get("megatron_lm") == "installed":
+        return (
+            f"Megatron-Core: {megatron_source(provenance)}, not the PR's pinned 3rdparty/Megatron-LM "
+            "submodule (the change was not tested against the Megatron-Core it pins)"
+        )
+    return None
+
+
+def compatibility_follow_up(ev: Evidence | None, provenance: Mapping[str, Any]) -> str | None:
+    """A failure inside verl or Megatron-Core with no Bridge frame on the path: whose problem it is."""
+    located = ev.culprit if ev is not None else None
+    if not located or BRIDGE in located["owners"]:
+        return None
+    if located["culprit"]["owner"] not in (VERL, MCORE):
+        return None
+    verl = provenance.get("verl") or {}
+    verl_at = str(verl.get("commit") or "(commit not recorded)") if isinstance(verl, Mapping) else "?"
+    return (
+        f"reads as a verl/Megatron-Core compatibility problem, no Bridge frame on the failing path "
+        f"({located['chain']}): verl {verl_at} with {megatron_source(provenance)}; if the merge base passes "
+        "this cell, a Bridge value this PR hands to verl is still the suspect; else run with a Megatron-Core "
+        "this verl supports (--megatron-lm installed) or move the verl pin"
+    )

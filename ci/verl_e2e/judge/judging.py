@@ -1,0 +1,136 @@
+"""Judge a run dir: parse each phase's log, decide the verdict, write evidence/verdict/JUnit.
+
+The I/O edge around the pure `evidence` and `verdict` modules; `verl-e2e judge RUN_DIR` and
+`run-cell` (after the last phase) both call `judge_run_dir`, so any old run can be re-judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from verl_e2e import safefs
+from verl_e2e.config.signatures import Signature
+from verl_e2e.judge import coverage, junit
+from verl_e2e.judge.evidence import Evidence
+from verl_e2e.judge.parallel import parse_file
+from verl_e2e.judge.rundir import load_run_dir, write_json
+from verl_e2e.judge.verdict import Verdict, judge
+from verl_e2e.plan.cells import Cell
+
+
+def _size(log: Path) -> int | None:
+    """The log's size if it is a plain file (a link or a special file in a run dir is not read)."""
+    try:
+        fd = safefs.open_regular(log, safefs.LOG_LIMIT)
+    except (OSError, safefs.UnsafeFileError):
+        return None
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    return size
+
+
+def _changes(run_dir: Path) -> dict[str, Any] | None:
+    """The PR's changed lines and functions the host wrote beside the run (`changes.json`), if any:
+    {"lines": {path: [[first, last], ...]}, "functions": {path: [qualname, ...]}}."""
+    try:
+        data = json.loads(safefs.read_text(run_dir / "changes.json"))
+    except (OSError, ValueError, safefs.UnsafeFileError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("lines"), dict):
+        return None
+    lines = {
+        str(k): [[r[0], r[1]] for r in v if isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)]
+        for k, v in data["lines"].items()
+        if isinstance(v, list)
+    }
+    functions = data.get("functions")
+    functions = functions if isinstance(functions, dict) else {}
+    named = {str(k): [str(q) for q in v if isinstance(q, str)] for k, v in functions.items() if isinstance(v, list)}
+    return {"lines": lines, "functions": named}
+
+
+def _ran(run_dir: Path) -> list[tuple[str, str]] | None:
+    """(path, qualname) of every Bridge function the cell's processes recorded; None without a record."""
+    try:
+        data = json.loads(safefs.read_text(run_dir / "bridge-functions.json", 64 * 1024 * 1024))
+    except (OSError, ValueError, safefs.UnsafeFileError):
+        return None
+    items = data.get("functions") if isinstance(data, dict) else None
+    return [
+        (i["file"], i["qualname"])
+        for i in items or []
+        if isinstance(i, dict) and isinstance(i.get("file"), str) and isinstance(i.get("qualname"), str)
+    ]
+
+
+def with_coverage(verdict: Verdict, run_dir: Path) -> Verdict:
+    """The verdict with the PR's changed functions this cell executed (both records in the run dir)."""
+    changes, ran = _changes(run_dir), _ran(run_dir)
+    found = coverage.measure(changes["functions"], ran) if changes and ran is not None else None
+    if found is None:
+        return verdict
+    extra = [x for x in [found.limitation()] if x and x not in verdict.limitations]
+    record = {"summary": found.summary(), "executed": list(found.executed), "not_executed": list(found.not_executed)}
+    verdict = replace(verdict, coverage=record, limitations=[*verdict.limitations, *extra])
+    return _suspects(verdict, found.executed)
+
+
+def _suspects(verdict: Verdict, executed: Sequence[str]) -> Verdict:
+    """A failure with no traceback (NaN/Inf, a hang, a save that never completed) has no frame to name;
+    the PR's changed functions this cell ran are then the first place to look, so the verdict says so."""
+    if verdict.result != "Fail" or verdict.exception or not executed:
+        return verdict
+    named = ", ".join(f"`{e.split(':', 1)[1]}` ({e.split(':', 1)[0]})" for e in executed[:3])
+    more = f" and {len(executed) - 3} more" if len(executed) > 3 else ""
+    follow = f"no traceback to name a frame: look first at the changed code this cell ran: {named}{more}"
+    return replace(
+        verdict,
+        headline=f"{verdict.headline} (changed code this cell ran: {named}{more})",
+        follow_ups=[follow, *verdict.follow_ups],
+    )
+
+
+def judge_run_dir(
+    path: str | Path,
+    baseline_log: str | Path | None = None,
+    signatures: Iterable[Signature] | None = None,
+    cell: Cell | None = None,
+) -> Verdict:
+    """Judge a run dir; `cell` (the planned one) overrides the run dir's cell.json, whose checks a
+    run could have rewritten; limitations the run recorded on its copy are kept."""
+    run = load_run_dir(path)
+    if cell is not None:
+        extra = [x for x in run.cell.limitations if x not in cell.limitations]
+        run = replace(run, cell=replace(cell, limitations=[*cell.limitations, *extra]))
+    sigs = tuple(signatures) if signatures is not None else None
+    evidences: dict[str, Evidence] = {}
+    log_sizes: dict[str, int | None] = {}
+    for phase in run.phases:
+        log = run.log_path(phase)
+        log_sizes[phase.name] = _size(log)
+        if phase.status != "not_run" and log_sizes[phase.name] is not None:
+            evidences[phase.name] = parse_file(log, sigs)
+    baseline = parse_file(baseline_log, sigs) if baseline_log else None
+    verdict = judge(
+        run.cell,
+        phases=run.phases,
+        evidences=evidences,
+        provenance=run.provenance,
+        bridge_tests=run.bridge_tests,
+        checkpoints=run.checkpoints,
+        baseline=baseline,
+        log_capture=str(run.path),
+        log_sizes=log_sizes,
+        problems=run.problems,
+        changes=_changes(run.path),
+    )
+    verdict = with_coverage(verdict, run.path)
+    write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
+    write_json(run.path / "verdict.json", verdict.to_json())
+    safefs.write_text(run.path / "junit.xml", junit.render([verdict]))
+    return verdict

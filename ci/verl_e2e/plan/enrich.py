@@ -1,0 +1,112 @@
+"""Changed files + what is known about them -> the ChangedFiles the selector reads.
+
+Three sources, one result: a name-status listing (paths only), a unified diff (`--diff`: the changed
+lines and the scopes they sit in), and a Bridge checkout (`--repo`: exact scopes from both ASTs and the
+architectures each model file serves, read from the PR's own registrations). Whatever is missing falls
+back to the shipped surface index, so a plan made from the API and one made from a clone agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from verl_e2e.config.aspects import code_lines
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.diffs import FileDiff
+from verl_e2e.plan.registry import SHARED, architectures_by_file, loose_registrations
+from verl_e2e.plan.scopes import enclosing, innermost, outside_defs, scope_names
+from verl_e2e.plan.surface import MODELS, Surface
+
+
+def files_from_diff(diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
+    """The changed files a diff names (for `--diff` without `--changed-files`)."""
+    return [ChangedFile(path=d.path, status=d.status, old_path=d.old_path) for d in diffs.values()]
+
+
+def _comment_only(diff: FileDiff) -> bool:
+    return diff.path.endswith(".py") and bool(diff.lines) and not code_lines(diff.lines)
+
+
+def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
+    """Attach each file's changed lines and scopes; a file the diff leaves out (a lockfile) stays unknown."""
+    out = []
+    for f in files:
+        d = diffs.get(f.path) or (diffs.get(f.old_path) if f.old_path else None)
+        if d is None:
+            out.append(f)
+            continue
+        out.append(
+            replace(
+                f,
+                diff_lines=d.lines,
+                added_at=tuple(d.added_at),
+                scopes=tuple(dict.fromkeys((*f.scopes, *d.scopes))),
+                cosmetic=f.cosmetic or _comment_only(d),
+                module_level=d.module_level or d.status in "AD" or not d.scopes,
+            )
+        )
+    return out
+
+
+def with_ast_scopes(
+    files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff], old: Mapping[str, bytes], new: Mapping[str, bytes]
+) -> list[ChangedFile]:
+    """Add the exact enclosing defs/classes of every changed line (base AST for removed, head for added)."""
+    out = []
+    for f in files:
+        d = diffs.get(f.path)
+        if d is None or not f.path.endswith(".py"):
+            out.append(f)
+            continue
+        before, after = old.get(f.old_path or f.path), new.get(f.path)
+        names, outside = enclosing(before, d.removed_at), outside_defs(before, d.removed_at)
+        names += enclosing(after, d.added_at)
+        outside |= outside_defs(after, d.added_at)
+        scopes = tuple(dict.fromkeys((*f.scopes, *scope_names(names))))
+        inner = tuple(dict.fromkeys((*innermost(before, d.removed_at), *innermost(after, d.added_at))))
+        out.append(replace(f, scopes=scopes, functions=inner, module_level=outside or f.status in "AD"))
+    return out
+
+
+def with_architectures(
+    files: Sequence[ChangedFile],
+    surface: Surface | None,
+    head_models: Mapping[str, bytes] | None = None,
+) -> list[ChangedFile]:
+    """Attach the HF architectures each model file serves: from the PR's tree when given, else the index."""
+    # shared model code (conversion, common, ...) runs the default family whatever it serves: its
+    # architectures are never asked for, and everything imports it
+    wanted = [p for f in files for p in f.paths if p.startswith(MODELS) and p.split("/")[4] not in SHARED]
+    from_tree = architectures_by_file(head_models, only=wanted) if head_models and wanted else {}
+    out = []
+    for f in files:
+        if not f.path.startswith(MODELS) or f.path.count("/") < 5:
+            out.append(f)
+            continue
+        if head_models:
+            archs = list(from_tree.get(f.path, ()))
+        else:
+            archs = loose_registrations(list(f.diff_lines or ())) if f.status == "A" else []
+            if surface is not None:
+                archs += [a for a in surface.architectures.get(f.path, ()) if a not in archs]
+                if f.old_path:
+                    archs += [a for a in surface.architectures.get(f.old_path, ()) if a not in archs]
+        out.append(replace(f, architectures=tuple(archs)))
+    return out
+
+
+def changed_line_ranges(files: Sequence[ChangedFile]) -> dict[str, list[list[int]]]:
+    """{path: [[first, last], ...]} of the added lines of each Python file (the judge's "in this PR's change")."""
+    out: dict[str, list[list[int]]] = {}
+    for f in files:
+        if not f.path.endswith(".py") or not f.added_at:
+            continue
+        ranges: list[list[int]] = []
+        for line in sorted(set(f.added_at)):
+            if ranges and line == ranges[-1][1] + 1:
+                ranges[-1][1] = line
+            else:
+                ranges.append([line, line])
+        out[f.path] = ranges
+    return out

@@ -1,0 +1,123 @@
+"""A Bridge checkout diffed against the merge base: the changed files with everything `plan --repo` knows.
+
+The merge base, not the base branch's tip, is what the PR changed. Besides the paths this yields the
+full unified diff (changed lines and hunk scopes), both sides of every changed Python file (cosmetic
+changes, exact enclosing functions) and the head's model files (the PR's own bridge registrations).
+All blobs come through one `git cat-file --batch` process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+from verl_e2e.errors import UsageError
+from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
+from verl_e2e.plan.surface import MODELS, shipped
+
+
+def _git(repo: Path, *args: str, what: str) -> str:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, errors="replace", check=False
+        )
+    except FileNotFoundError:
+        raise UsageError("git is not installed; install git or pass --changed-files instead") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"{what}: {detail}")
+    return proc.stdout
+
+
+def _resolve(repo: Path, rev: str, flag: str) -> str:
+    return _git(
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{rev}^{{commit}}",
+        what=f"{flag} {rev!r} is not a commit in {repo}; fetch it (git fetch origin {rev}) or pass a SHA",
+    ).strip()
+
+
+def _blobs(repo: Path, specs: list[str]) -> dict[str, bytes | None]:
+    """Read many `rev:path` blobs through one `git cat-file --batch` process."""
+    if not specs:
+        return {}
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "--batch"],
+        input="".join(s + "\n" for s in specs).encode(),
+        capture_output=True,
+        check=False,
+    )
+    out, pos = proc.stdout, 0
+    result: dict[str, bytes | None] = {}
+    for spec in specs:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) == 3:
+            size = int(header[2])
+            result[spec] = out[pos : pos + size]
+            pos += size + 1
+        else:
+            result[spec] = None
+    return result
+
+
+def resolve_commit(repo_path: str, rev: str) -> str:
+    """The full SHA `rev` names in the checkout (the base as given, to tell whether it is the merge base)."""
+    return _resolve(Path(repo_path), rev, "--base").strip()
+
+
+def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[ChangedFile], str, str]:
+    """Diff `head` against its merge base with `base`; return (files, merge_base, head_sha)."""
+    repo = Path(repo_path)
+    if not repo.is_dir():
+        raise UsageError(f"--repo {repo_path}: no such directory; pass the path of a Megatron-Bridge checkout")
+    _git(
+        repo,
+        "rev-parse",
+        "--git-dir",
+        what=f"--repo {repo_path} is not a git repository; pass a git checkout",
+    )
+    base_sha = _resolve(repo, base, "--base")
+    head_sha = _resolve(repo, head, "--head")
+    merge_base = _git(
+        repo,
+        "merge-base",
+        base_sha,
+        head_sha,
+        what=f"--base {base} and --head {head} share no history; check both come from the same repository",
+    ).strip()
+    listing = _git(repo, "diff", "--name-status", "-M", "--no-color", merge_base, head_sha, what="git diff")
+    files = parse_name_status(listing, "git diff")
+    text = _git(repo, "diff", "-M", "--no-color", "--no-ext-diff", merge_base, head_sha, what="git diff")
+    diffs = parse_unified_diff(text)
+    py = [f for f in files if f.path.endswith(".py")]
+    specs = [f"{merge_base}:{f.old_path or f.path}" for f in py if f.status != "A"]
+    specs += [f"{head_sha}:{f.path}" for f in py if f.status != "D"]
+    blobs = _blobs(repo, specs)
+    old = {f.old_path or f.path: blobs.get(f"{merge_base}:{f.old_path or f.path}") or b"" for f in py}
+    new = {f.path: blobs.get(f"{head_sha}:{f.path}") or b"" for f in py}
+    cosmetic = {
+        f.path
+        for f in py
+        if f.status == "M" and is_cosmetic_python_change(old.get(f.path) or None, new.get(f.path) or None)
+    }
+    files = [replace(f, cosmetic=f.path in cosmetic) for f in files]
+    files = with_ast_scopes(with_diff(files, diffs), diffs, old, new)
+    models = _head_models(repo, head_sha) if any(f.path.startswith(MODELS) for f in files) else None
+    return with_architectures(files, shipped(), models), merge_base, head_sha
+
+
+def _head_models(repo: Path, head: str) -> dict[str, bytes]:
+    """Every Python file under models/ at head: the PR's own bridge registrations and imports."""
+    listing = _git(repo, "ls-tree", "-r", "--name-only", head, "--", MODELS, what="git ls-tree")
+    paths = [p for p in listing.splitlines() if p.endswith(".py")]
+    blobs = _blobs(repo, [f"{head}:{p}" for p in paths])
+    return {p: blobs[f"{head}:{p}"] or b"" for p in paths}

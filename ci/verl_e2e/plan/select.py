@@ -1,0 +1,205 @@
+"""Changed paths -> coverage levels, each with the rules and paths that chose it.
+
+Pure: takes the loaded matrix and the changed files, returns a `Selection`. The steps, in order:
+escalations see every path; then ignored paths (docs, tests, Bridge-only code) and cosmetic Python
+changes are set aside; then every rule is tried on every remaining path (all rules that match
+contribute; their order is the order reasons are printed). A rule's levels go to the family of the
+path (`family: changed`) or to the default family. Families flagged MoE/VLM/MTP for the changed files
+add Level 4, and any level above 0 implies Level 0 for the same family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from verl_e2e.config.aspects import find
+from verl_e2e.config.matrix import Matrix, Rule
+from verl_e2e.errors import UsageError, did_you_mean
+from verl_e2e.plan import collector
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
+from verl_e2e.plan.runtime import Ran, cheapest, executed
+from verl_e2e.plan.surface import Surface
+from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
+
+PEFT = "src/megatron/bridge/peft/"
+LORA = "lora"  # a target kind marker: the change is to LoRA code, so its custom-layers cell keeps LoRA
+__all__ = ["Reason", "Selection", "family_dir", "select"]
+
+
+def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
+    """(fires, undecided): undecided means the rule needed the diff and it was not known."""
+    if rule.diff is None:
+        return True, False
+    if file.diff_lines is None:
+        return rule.when_no_diff == "match", rule.when_no_diff == "skip"
+    return any(rule.diff.search(line) for line in file.diff_lines), False
+
+
+class _Scan:
+    """One pass of the matrix's escalations, ignore lists, rules and aspects over the changed files."""
+
+    def __init__(self, matrix: Matrix, files: Sequence[ChangedFile], surface: Surface | None, ran: Sequence[Ran]):
+        self.matrix = matrix
+        self.surface = surface
+        self.ran = ran
+        self.col = Collector()
+        self.fams = Targets(matrix)
+        self.found = Findings(changed=len(files))
+        escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
+        for file in files:
+            group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
+            # what real cells ran comes first: ignore lists and static reach can both miss it
+            ran_it = not file.cosmetic and self._executed(file)
+            if group is not None and not ran_it:
+                self.found.ignored[group].append(file.path)
+            elif file.cosmetic:
+                self.found.cosmetic.append(file.path)
+            else:
+                if not ran_it and self._off_surface(file):
+                    continue
+                fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
+                if not self._aspects(file) and not fired and file.path not in escalated and not ran_it:
+                    self.found.unmatched.append(file.path)
+                    self._unmatched_runs_level0(file)
+
+    def _executed(self, file: ChangedFile) -> bool:
+        """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
+        module_level = file.module_level or file.diff_lines is None
+        hits = [h for p in file.paths for h in executed(self.ran, p, file.scopes, module_level, file.functions)]
+        shared = family_dir(file.path) in (None, *SHARED_DIRS)
+        for ran, qualname in cheapest(hits, self.matrix.defaults.family):
+            known = shared and ran.family in self.matrix.families
+            why = f"a real {ran.cell} run executed the changed code (e.g. {qualname})"
+            for fam in [ran.family] if known else self.fams.targets(file.path, file, True):
+                self.col.add(ran.level, fam, {"all"}, ("executed", why), file.path)
+        return bool(hits)
+
+    def _unmatched_runs_level0(self, file: ChangedFile) -> None:
+        """On verl's surface but matched by nothing: Level 0 on its architecture's family, never nothing."""
+        if file.path.startswith("src/megatron/bridge/"):
+            why = "on verl's surface, but no rule, aspect or recorded run selected it: Level 0 by default"
+            for fam in self.fams.targets(file.path, file, True):
+                self.col.add(0, fam, {"all"}, ("unmatched-surface", why), file.path)
+
+    def _off_surface(self, file: ChangedFile) -> bool:
+        """A src/ module verl never reaches, or a change only inside functions nothing verl calls reaches."""
+        s = self.surface
+        if s is None or not file.path.startswith("src/megatron/bridge/") or file.status == "A":
+            return False
+        if not file.path.endswith(".py") or family_dir(file.path) not in (None, *SHARED_DIRS):
+            return False  # model directories are loaded through the registry: file-wise on the surface
+        if not any(s.on_surface(p) for p in file.paths):
+            entries = ", ".join(m.removeprefix("megatron.bridge.") or "megatron.bridge" for m in s.entry_modules()[:4])
+            self.found.off_surface[file.path] = (
+                f"not on verl's surface: none of the Bridge modules verl {s.verl_commit[:7]} imports "
+                f"({entries}, ...) reaches it by import"
+            )
+            return True
+        unreached = [] if file.module_level or file.diff_lines is None else s.unreached(file.path, file.scopes)
+        if not unreached:
+            return False
+        self.found.off_surface[file.path] = (
+            f"not on verl's surface: the change is inside {', '.join(unreached[:3])}"
+            f"{' ...' if len(unreached) > 3 else ''}, which no Bridge function verl {s.verl_commit[:7]} calls reaches"
+        )
+        return True
+
+    def _aspects(self, file: ChangedFile) -> bool:
+        """Aspects of what the change touches; True when one selected something."""
+        if not file.path.startswith("src/"):
+            return False
+        if file.diff_lines is None:  # paths only: what the change touches is unknown
+            for aspect in self.matrix.aspects:
+                if aspect.paths is None or aspect.paths.matches(file.path):
+                    for level in aspect.levels:
+                        self.found.undecided[level].add(f"aspect {aspect.name}")
+            return False
+        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes)
+        for hit in hits:
+            why = f"{hit.aspect.why} (`{hit.term}` in the {hit.where})"
+            targets = self.fams.targets(file.path, file, changed=True)
+            if not targets:
+                self.fams.no_family(file.path, file, hit.aspect.levels)
+            for fam in targets:
+                kind, arch = hit.aspect.kind, hit.aspect.architecture
+                target = self.fams.kind_family(fam, kind)
+                if arch is not None and fam == self.matrix.defaults.family:  # shared code of one kind of layer
+                    target = self.matrix.defaults.kind_families.get(arch, target)
+                kinds = {kind, LORA} if kind == "custom" and file.path.startswith(PEFT) else {kind}
+                for level in sorted(hit.aspect.levels):
+                    if target is None:
+                        self.fams.unsupported[level].add(
+                            f"{file.path}: {fam} has no {kind.upper()} model in matrix.yaml "
+                            f"({hit.aspect.name}); add {kind}_model to families.{fam} to run it"
+                        )
+                        continue
+                    self.col.add(level, target, kinds, (f"aspect:{hit.aspect.name}", why), file.path)
+        return bool(hits)
+
+    def _apply(self, rule: Rule, file: ChangedFile) -> bool:
+        """Try one rule on one file; True when it selected something."""
+        matched = [p for p in file.paths if rule.paths.matches(p)]
+        if not matched:
+            return False
+        fires, needs_diff = _diff_says(rule, file)
+        if needs_diff:
+            for level in rule.levels:
+                self.found.undecided[level].add(rule.name)
+        if not fires:
+            return False
+        selected = False
+        for path in matched:
+            targets = self.fams.targets(path, file, rule.family == "changed")
+            if not targets:
+                self.fams.no_family(path, file, rule.levels)
+                selected = True
+            for fam in targets:
+                selected |= self._fire(rule, path, fam, changed=rule.family == "changed")
+        return selected
+
+    def _fire(self, rule: Rule, path: str, fam: str, changed: bool) -> bool:
+        flags: set[str] = set()
+        if changed and family_dir(path) is not None:
+            flags = active_flags(self.matrix.families[fam], (relative(path),))
+        if rule.only is not None and rule.only not in flags:
+            return False
+        kinds = {rule.only} if rule.only else ({rule.kind} if rule.kind != "all" else {"all", *flags})
+        for level in sorted(rule.levels):
+            self.col.add(level, fam, kinds, (rule.name, rule.why), path)
+        if changed and flags and not path.endswith("__init__.py"):  # an __init__ only re-exports
+            named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
+            why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
+            self.col.add(4, fam, flags, ("architecture", why), path)
+        return True
+
+
+def select(
+    matrix: Matrix,
+    files: Sequence[ChangedFile],
+    requested: Sequence[int] | None = None,
+    family_override: Sequence[str] = (),
+    surface: Surface | None = None,
+    *,
+    ran: Sequence[Ran] = (),
+) -> Selection:
+    """Choose levels for `files`; `requested` (from a comment or dispatch) replaces the automatic choice.
+    `ran`: what recorded real cells executed (runtime.shipped()), consulted before static reach."""
+    for name in family_override:
+        if name not in matrix.families:
+            raise UsageError(
+                f"--family {name}: unknown family{did_you_mean(name, matrix.families)}; "
+                f"expected one of the families in {matrix.source} (see `verl-e2e families`)"
+            )
+    scan = _Scan(matrix, files, surface, ran)
+    col, label = scan.col, "auto"
+    if requested is not None:
+        col, label = collector.request(col, matrix, requested, family_override), ",".join(map(str, requested))
+        scan.found.undecided.clear()
+    else:
+        if family_override:
+            col = collector.retarget(col, family_override)
+        collector.imply_level0(col)
+    return collector.build(
+        col, matrix, found=scan.found, unsupported=scan.fams.unsupported, warnings=scan.fams.warnings, requested=label
+    )

@@ -1,0 +1,90 @@
+"""Which families a change runs on: the architectures a model file serves, its directory's family,
+or the default; and the family a variant kind (MoE, VLM, MTP, quantisation, custom layers) needs.
+
+Shared by the scan's rules, aspects and recorded runs, so every route to a level picks families the
+same way. Collects the warnings (an architecture no family runs) and the per-level reasons a change
+has no family at all (an unsupported architecture), which the selection reports.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from verl_e2e.config.matrix import Family, Matrix
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.registry import SHARED
+from verl_e2e.plan.surface import MODELS
+
+SHARED_DIRS = SHARED
+FLAGS = ("moe", "vlm", "mtp")
+
+
+def family_dir(path: str) -> str | None:
+    """`src/megatron/bridge/models/<dir>/...` -> `<dir>`; None for anything else."""
+    if not path.startswith(MODELS):
+        return None
+    rest = path[len(MODELS) :]
+    return rest.split("/", 1)[0] if "/" in rest else None
+
+
+def relative(path: str) -> str:
+    return path[len(MODELS) :].split("/", 1)[1]
+
+
+def active_flags(family: Family, rel_paths: tuple[str, ...] = ()) -> set[str]:
+    return {f for f in FLAGS if family.has(f, rel_paths)}  # type: ignore[arg-type]
+
+
+class Targets:
+    """The family choices of one scan, with what they had to warn about."""
+
+    def __init__(self, matrix: Matrix) -> None:
+        self.matrix = matrix
+        self.warnings: set[str] = set()
+        self.unsupported: dict[int, set[str]] = defaultdict(set)
+
+    def kind_family(self, fam: str, kind: str) -> str | None:
+        """The family a variant of `kind` runs on: `fam` when it has such a model, else the default's."""
+        family = self.matrix.families[fam]
+        if family.supports(kind):
+            return fam
+        if fam == self.matrix.defaults.family:
+            alt = self.matrix.defaults.kind_families.get(kind)
+            return alt if alt in self.matrix.families else None
+        return None
+
+    def targets(self, path: str, file: ChangedFile, changed: bool) -> list[str]:
+        """The families a change to `path` runs: those of the architectures it serves, else its directory's."""
+        default = self.matrix.defaults.family
+        directory = family_dir(path)
+        if not changed or directory is None or directory in SHARED_DIRS:
+            return [default]
+        found: dict[str, None] = {}
+        for arch in file.architectures or ():
+            fam = self.matrix.family_for_architecture(arch)
+            if fam is not None:
+                found[fam.name] = None
+            elif arch not in self.matrix.unsupported:
+                self.warnings.add(
+                    f"{path} serves {arch}, which no family in matrix.yaml runs; add it to a family's "
+                    "architectures (or to unsupported, with the reason)"
+                )
+        if found:
+            return list(found)
+        if any(a in self.matrix.unsupported for a in file.architectures or ()):
+            return []  # the caller states why, per level
+        fallback = self.matrix.dir_family(directory)
+        if fallback is not None:
+            return [fallback.name]
+        self.warnings.add(
+            f"{path}: model directory '{directory}' has no entry under families in matrix.yaml; ran the "
+            f"default family '{default}' instead. Add families.{directory} with its smallest checkpoint."
+        )
+        return [default]
+
+    def no_family(self, path: str, file: ChangedFile, levels: Iterable[int]) -> None:
+        for arch in file.architectures or ():
+            if arch in self.matrix.unsupported:
+                for level in levels:
+                    self.unsupported[level].add(f"{path} serves {arch}: {self.matrix.unsupported[arch]}")

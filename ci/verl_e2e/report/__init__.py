@@ -1,0 +1,12 @@
+"""Report: every planned cell's verdict -> JUnit, one PR comment, a check run, a tracking issue.
+
+`collect` re-judges each planned cell's run dir (an artifact's verdict.json is not trusted) and
+gives a cell that never reported a Fail row; `regression` compares with the merge base (its results
+kept per runner by `basecache`); `comment` renders the maintainers' summary format, pure and exact;
+`publish` writes it through the GitHub stage, edited in place, never duplicated.
+"""
+
+from verl_e2e.report.comment import Context
+from verl_e2e.report.publish import PublishOptions
+
+__all__ = ["Context", "PublishOptions"]
