@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,23 +16,13 @@ from typing import NoReturn, TextIO
 import docker.errors
 
 from verl_e2e import __version__
-from verl_e2e.cli import base_cmd as cli_base
-from verl_e2e.cli import github_cmd as cli_github
-from verl_e2e.cli import inspect_cmd as cli_inspect
-from verl_e2e.cli import run_cmd as cli_run
-from verl_e2e.cli import surface_cmd as cli_surface
-from verl_e2e.cli.examples import EXAMPLES
-from verl_e2e.config import site
-from verl_e2e.config.matrix import LEVELS, Matrix, load_matrix, with_runners
+from verl_e2e.cli import base_cmd, github_cmd, inspect_cmd, run_cmd, surface_cmd
+from verl_e2e.config.matrix import LEVELS, Matrix, load_matrix
 from verl_e2e.errors import UsageError, VerlE2EError
-from verl_e2e.plan import budget, runtime, scheduled, surface
-from verl_e2e.plan.cells import expand, uncovered
-from verl_e2e.plan.changes import ChangedFile, is_pin, parse_name_status, read_changed_files
+from verl_e2e.plan import budget
+from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.contract import Plan, render_json, render_text, write_github
-from verl_e2e.plan.diffs import read_diff
-from verl_e2e.plan.enrich import changed_line_ranges, files_from_diff, with_architectures, with_diff
-from verl_e2e.plan.gitchanges import changes_from_git, resolve_commit
-from verl_e2e.plan.select import select
+from verl_e2e.plan.examples import EXAMPLES
 from verl_e2e.run import launch
 from verl_e2e.run.runinputs import require_container_in_actions
 
@@ -174,9 +163,9 @@ def _build_parser() -> argparse.ArgumentParser:
     judge.add_argument("--format", choices=("text", "json"), default="text")
     judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
 
-    cli_run.add_commands(sub)
-    cli_github.add_commands(sub)
-    cli_surface.add_command(sub)
+    run_cmd.add_commands(sub)
+    github_cmd.add_commands(sub)
+    surface_cmd.add_command(sub)
     run = sub.add_parser(
         "run",
         help="plan a change and run every cell locally (plan -> image -> cells -> run dirs)",
@@ -185,92 +174,35 @@ def _build_parser() -> argparse.ArgumentParser:
         "it would have run (exit 2).",
     )
     _change_arguments(run)
-    cli_run.run_options(run, dry_run_defaults=True)
+    run_cmd.run_options(run, dry_run_defaults=True)
     run.add_argument("--dry-run", action="store_true", help="print the plan and the docker commands only")
     return parser
 
 
-def _changes(args: argparse.Namespace, stdin: TextIO) -> tuple[list[ChangedFile] | None, dict[str, object]]:
-    chosen = [n for n in ("changed_files", "repo", "example") if getattr(args, n) is not None]
-    if len(chosen) > 1:
-        raise UsageError(
-            f"plan: --{chosen[0].replace('_', '-')} and --{chosen[1].replace('_', '-')} both given; "
-            "pass only one source of changes"
-        )
-    if args.repo is None and (args.base or args.head):
-        raise UsageError("plan: --base/--head need --repo PATH (the Bridge checkout to diff)")
-    if args.diff is not None and args.repo is not None:
-        raise UsageError("plan: --diff and --repo both given; --repo reads the diff itself, pass only one")
-    if args.changed_files is not None or args.diff is not None:
-        diffs = read_diff(args.diff) if args.diff is not None else {}
-        if args.changed_files is not None:
-            text = stdin.read() if args.changed_files == "-" else None
-            files = read_changed_files(args.changed_files, text)
-        else:
-            files = files_from_diff(diffs)
-        files = with_architectures(with_diff(files, diffs), surface.shipped())
-        what = "changed file(s)" + (" with their diff" if args.diff is not None else "")
-        return files, {"source": "changed-files", "summary": f"{len(files)} {what}"}
-    if args.repo is not None:
-        if not args.base:
-            raise UsageError("plan: --repo needs --base REV (e.g. --base origin/main)")
-        files, merge_base, head = changes_from_git(args.repo, args.base, args.head or "HEAD")
-        return files, {
-            "source": "git",
-            "merge_base": merge_base,
-            "base": resolve_commit(args.repo, args.base),  # the base branch's tip as the trigger saw it
-            "head": head,
-            "summary": f"{len(files)} changed file(s) at {head[:12]} against merge base {merge_base[:12]}",
-        }
-    if args.example is not None:
-        what, text = EXAMPLES[args.example]
-        files = parse_name_status(text, f"example {args.example}")
-        return files, {"source": f"example:{args.example}", "summary": f"example '{args.example}': {what}"}
-    return None, {"source": "none", "summary": "no changes given"}
-
-
-HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def _make_plan(args: argparse.Namespace, matrix: Matrix, stdin: TextIO) -> Plan:
-    if args.model is not None and not HF_ID.fullmatch(args.model):
-        raise UsageError(
-            f"--model {args.model!r}: not a checkpoint id; expected ORG/NAME as on the Hugging Face hub "
-            "(e.g. Qwen/Qwen3-0.6B), the path under the runners' model cache"
-        )
-    if getattr(args, "runners", None):
-        matrix = with_runners(matrix, site.runners(args.runners))
-    requested = parse_levels(args.levels)
-    families = [f.strip() for item in args.family for f in item.split(",") if f.strip()]
-    if "all" in families:  # every family's model
-        families = sorted(matrix.families)
-    if args.scheduled:
-        selection, cells = scheduled.plan(matrix)
-        return Plan(selection, cells, {"source": "scheduled", "summary": scheduled.WHY}, uncovered(matrix, selection))
-    files, context = _changes(args, stdin)
-    if files is None and requested is None:
-        raise UsageError(
-            f"{args.command}: nothing to plan; pass --changed-files FILE, --repo PATH --base REV, --example, "
-            "or explicit --levels (e.g. --levels 0)"
-        )
-    selection = select(matrix, files or [], requested, families, surface.shipped(), ran=runtime.shipped())
-    if files:
-        context["changes"] = changed_line_ranges(files)  # the judge names a failing frame in these lines
-        context["pins_changed"] = sorted({p for f in files for p in f.paths if is_pin(p)})
-        context["changed_functions"] = {
-            f.path: list(f.functions if f.functions is not None else f.scopes)
-            for f in files
-            if f.path.endswith(".py") and (f.functions or f.scopes)
-        }
-    cells = expand(matrix, selection, args.model)
-    limit = matrix.defaults.gpu_budget_minutes if args.budget is None else args.budget
-    chosen = budget.apply(cells, selection, limit or None if requested is None else None)
-    return Plan(selection, chosen.run, context, uncovered(matrix, selection), chosen)
+def _plan_request(args: argparse.Namespace, stdin: TextIO) -> PlanRequest:
+    """The plan stage's one input, from `plan` or `run`'s arguments."""
+    changed = args.changed_files
+    return PlanRequest(
+        command=args.command,
+        changed_files=changed,
+        diff=args.diff,
+        repo=args.repo,
+        base=args.base,
+        head=args.head,
+        example=args.example,
+        levels=parse_levels(args.levels),
+        families=tuple(f.strip() for item in args.family for f in item.split(",") if f.strip()),
+        model=args.model,
+        scheduled=args.scheduled,
+        budget=args.budget,
+        runners=getattr(args, "runners", None),
+        stdin=stdin.read() if changed == "-" else None,
+    )
 
 
 def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:
     matrix = load_matrix(args.matrix)
-    plan = _make_plan(args, matrix, stdin)
+    plan = make_plan(_plan_request(args, stdin), matrix)
     if args.out:
         Path(args.out).write_text(render_json(plan), encoding="utf-8")
     if args.format == "json":
@@ -289,15 +221,15 @@ def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     matrix = load_matrix(args.matrix)
     if not args.dry_run and (args.bridge is None or args.out is None):
         raise UsageError("run: --bridge PATH and --out DIR are needed to run cells (or pass --dry-run to see them)")
-    plan = _make_plan(args, matrix, stdin)
+    plan = make_plan(_plan_request(args, stdin), matrix)
     stdout.write(render_text(plan, matrix))
     if not plan.cells:
         stdout.write("verl-e2e: nothing to run\n")
         return 0
     if args.dry_run:
         return _dry_run(args, matrix, plan, stdout)
-    verdicts = launch.run_many(plan.cells, cli_run.request_from(args), matrix, stdout)
-    return cli_run.finish(verdicts, stdout, table=True)
+    verdicts = launch.run_many(plan.cells, run_cmd.request_from(args), matrix, stdout)
+    return run_cmd.finish(verdicts, stdout, table=True)
 
 
 def _dry_run(args: argparse.Namespace, matrix: Matrix, plan: Plan, stdout: TextIO) -> int:
@@ -307,7 +239,7 @@ def _dry_run(args: argparse.Namespace, matrix: Matrix, plan: Plan, stdout: TextI
         args.bridge = Path("../Megatron-Bridge")
         stdout.write("verl-e2e: no --bridge given; the commands use ../Megatron-Bridge\n")
     args.bridge = args.bridge.resolve()  # docker mounts need absolute paths
-    request = cli_run.request_from(args)
+    request = run_cmd.request_from(args)
     image = args.image or launch.image_tag(request, matrix)
     for cell in plan.cells:
         (args.out / cell.id).mkdir(parents=True, exist_ok=True)
@@ -336,39 +268,39 @@ def main(
         if args.command == "plan":
             return _cmd_plan(args, env, stdin, stdout)
         if args.command == "validate":
-            return cli_inspect.cmd_validate(args, stdout)
+            return inspect_cmd.cmd_validate(args, stdout)
         if args.command == "families":
-            return cli_inspect.cmd_families(args, stdout)
+            return inspect_cmd.cmd_families(args, stdout)
         if args.command == "evidence":
-            return cli_inspect.cmd_evidence(args, stdin, stdout)
+            return inspect_cmd.cmd_evidence(args, stdin, stdout)
         if args.command == "judge":
-            return cli_inspect.cmd_judge(args, stdout)
+            return inspect_cmd.cmd_judge(args, stdout)
         if args.command == "image":
-            return cli_run.cmd_image(args, stdout)
+            return run_cmd.cmd_image(args, stdout)
         if args.command == "run-cell":
-            return cli_run.cmd_run_cell(args, stdout)
+            return run_cmd.cmd_run_cell(args, stdout)
         if args.command == "run":
             return _cmd_run(args, stdin, stdout)
         if args.command == "base-run":
-            return cli_base.cmd_base_run(args, stdout)
+            return base_cmd.cmd_base_run(args, stdout)
         if args.command == "surface":
-            return cli_surface.cmd_surface(args, stdout)
+            return surface_cmd.cmd_surface(args, stdout)
         if args.command == "prefetch":
-            return cli_run.cmd_prefetch(args, env, stdout)
+            return run_cmd.cmd_prefetch(args, env, stdout)
         if args.command == "report":
-            return cli_github.cmd_report(args, env, stdout)
+            return github_cmd.cmd_report(args, env, stdout)
         if args.command == "react":
-            return cli_github.cmd_react(args, env)
+            return github_cmd.cmd_react(args, env)
         if args.command == "reply":
-            return cli_github.cmd_reply(args, env, stdout)
+            return github_cmd.cmd_reply(args, env, stdout)
         if args.command == "trigger":
-            return cli_github.cmd_trigger(args, env, stdout)
+            return github_cmd.cmd_trigger(args, env, stdout)
         if args.command == "compare":
-            return cli_github.cmd_compare(args, stdout)
+            return github_cmd.cmd_compare(args, stdout)
         if args.command == "gate":
-            return cli_github.cmd_gate(args, env, stdout)
+            return github_cmd.cmd_gate(args, env, stdout)
         if args.command == "fork-notice":
-            return cli_github.cmd_fork_notice(args, env, stdout)
+            return github_cmd.cmd_fork_notice(args, env, stdout)
         parser.print_help(stdout)
         return 2
     except VerlE2EError as exc:
