@@ -51,6 +51,20 @@ MUTATIONS = {
         "the adapter output normalised without an epsilon (zero-initialised LoRA B makes it 0/0, NaN)",
         "L0-lora-ddp-qwen",
     ),
+    "dispatcher-type": (
+        "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py",
+        '        provider.moe_token_dispatcher_type = "alltoall"\n',
+        '        provider.moe_token_dispatcher_type = "all_to_all"\n',
+        "a provider value Megatron-Core does not accept (the MoE token dispatcher's name)",
+        "L0-lora-ddp-qwen3_moe",
+    ),
+    "export-name": (
+        "src/megatron/bridge/models/qwen/qwen2_bridge.py",
+        '            "decoder.layers.*.mlp.linear_fc2.weight": "model.layers.*.mlp.down_proj.weight",\n',
+        '            "decoder.layers.*.mlp.linear_fc2.weight": "model.layers.*.mlp.down_proj.weights",\n',
+        "an HF parameter name mistyped in the mapping (import skips it, export sends a name the rollout lacks)",
+        "L0-lora-ddp-qwen",
+    ),
 }
 
 

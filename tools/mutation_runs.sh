@@ -33,6 +33,8 @@ for name in "${names[@]}"; do
     python3 "$repo/tools/mutate_bridge.py" "$bridge" "$name" > "$work/diff-$name.txt"
     git -C "$bridge" show HEAD >> "$work/diff-$name.txt"
     cell=$(python3 "$repo/tools/mutate_bridge.py" --list | awk -v n="$name" '$1 == n {print $2}')
+    # a mutation of MoE-only code runs on the tiny Qwen3-MoE
+    [ "${cell%-qwen3_moe}" != "$cell" ] && export FAMILY=qwen3_moe MODEL=local/tiny-qwen3-moe
     python3 -m verl_e2e plan --repo "$bridge" --base verl-e2e-base --head HEAD > "$work/plan-$name.txt" 2>&1
     export VERL_E2E_PLAN_BASE=verl-e2e-base
   fi

@@ -131,6 +131,9 @@ def _cell(
     moe_code = "moe" in kinds and family.moe_model is not None and variant.applies_to in ("quant", "custom")
     ref = family.moe_model if moe_code and family.moe_model is not None else family.model_for(variant.applies_to)
     suffix = "-moe" if ref is family.moe_model else ""
+    swapped = []
+    if model is not None and model != ref.model:
+        swapped = [f"model {model} (--model) instead of {family.name}'s {ref.model}: that checkpoint did not run"]
     if model is not None:
         ref = ModelRef(model)
     runner = matrix.runner_for(variant.gpus)
@@ -162,7 +165,7 @@ def _cell(
         minutes=variant.minutes,
         phases=phases,
         checks=list(variant.checks),
-        limitations=_limitations(matrix, level=level, variant=variant, family=family, ref=ref, kinds=kinds),
+        limitations=_limitations(matrix, level=level, variant=variant, family=family, ref=ref, kinds=kinds) + swapped,
         bridge_tests=list(dict.fromkeys(tests)),
     )
 
