@@ -223,7 +223,8 @@ def test_level1_saves_and_resumes_through_the_wrapper(
         ("crash", "L0-lora-ddp-qwen", "Fail", "runtime"),
         ("setup-fail", "L0-lora-ddp-qwen", "Blocked", "setup"),
         ("exit137", "L0-lora-ddp-qwen", "Fail", "killed"),  # SIGKILL, no out-of-memory line: no OOM claim
-        ("nan", "L5-learning-signal-qwen", "Fail", "none"),
+        ("nan", "L5-learning-signal-qwen", "Fail", "nan"),
+        ("nan", "L0-lora-ddp-qwen", "Fail", "nan"),  # NaN losses fail a level whose checks omit no_nan too
     ],
 )
 def test_trainer_faults(

@@ -13,7 +13,7 @@ import resource, sys
 sys.path.insert(0, {tools!r})
 from pathlib import Path
 from bench_evidence import write_log
-from verl_e2e.parallel import parse_file
+from verl_e2e.judge.parallel import parse_file
 log = Path(sys.argv[1])
 write_log(log, int(sys.argv[2]), None)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -15,6 +15,8 @@ import pytest
 
 from verl_e2e.judge.judging import judge_run_dir
 from verl_e2e.judge.verdict import Verdict, render_text
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.enrich import changed_names, files_from_diff, with_diff
 from verl_e2e.report.comment import Context, render
 
 from .conftest import SHARED
@@ -197,6 +199,44 @@ def test_our_nan_scaling_mutation_fails_level0_though_every_phase_exited_0(tmp_p
     backend = next(d for d in v.deliverables if d.name == "verl Megatron backend run")
     assert backend.result == "Fail" and "NaN/Inf" in backend.detail
     assert v.follow_ups[0].startswith("no traceback to name a frame")
+
+
+def test_our_export_name_mutation_fails_once_the_plan_names_what_it_wrote(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py export-name: a mapping's HF name mistyped. Bridge's import skipped the two
+    down_proj weights with a warning and the run passed on an initialised MLP (verdict.json as the run
+    left it: the plan of the time recorded no names). Re-planned from mutation.diff by today's plan
+    stage, the change names "model.layers.*.mlp.down_proj.weights", and the cell fails naming both."""
+    run = OURS / "16-pass-level0-mutation-export-name-missed"
+    assert json.loads((run / "verdict.json").read_text())["result"] == "Pass"
+    as_left = _judge(run, tmp_path / "as-left")
+    assert as_left.result == "Pass"  # without the names, a skipped weight is a limitation only
+    assert any("model.layers.0.mlp.down_proj.weights" in x for x in as_left.limitations)
+    diff = (run / "mutation.diff").read_text()
+    files = with_diff(files_from_diff(parse_unified_diff(diff)), parse_unified_diff(diff))
+    changes = json.loads((run / "changes.json").read_text()) | {"names": changed_names(files)}
+    replanned = tmp_path / "replanned"
+    shutil.copytree(run, replanned)
+    (replanned / "changes.json").write_text(json.dumps(changes))
+    v = _judge(replanned, tmp_path / "judged")
+    assert (v.result, v.failure_class) == ("Fail", "model_build")
+    loaded = next(c for c in v.checks if c.name == "weights_loaded")
+    assert "`model.layers.0.mlp.down_proj.weights`" in loaded.detail and "qwen2_bridge.py" in loaded.detail
+    assert "lm_head.weight" not in loaded.detail  # skipped on the base too: not this change's doing
+    assert not any("mpu parallel sizes" in x for x in v.follow_ups)
+
+
+def test_our_dispatcher_mutation_passes_because_verl_sets_that_field_itself(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py dispatcher-type: Qwen3MoEBridge sets a dispatcher name Megatron-Core rejects,
+    but verl's engine overrides moe_token_dispatcher_type on the provider ("alltoall") before building
+    the model, so under verl the change has no effect: a true Pass, on the MoE family the plan chose
+    from the executed-code record, and the verdict says the changed function ran."""
+    run = OURS / "17-pass-level0-mutation-dispatcher-type-masked"
+    assert "a real L0-lora-ddp-qwen3_moe run executed the changed code" in (run / "plan.txt").read_text()
+    v = _judge(run, tmp_path)
+    assert (v.result, v.family) == ("Pass", "qwen3_moe")
+    assert v.coverage is not None and v.coverage["executed"] == [
+        "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py:Qwen3MoEBridge.provider_bridge"
+    ]
 
 
 def test_the_fallback_megatron_is_said_once_at_the_top_of_the_comment(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from verl_e2e.judge.culprit import hint as owner_hint
 from verl_e2e.judge.culprit import locate
 from verl_e2e.judge.logmetrics import Metrics
 from verl_e2e.judge.logstages import Stages, stage
-from verl_e2e.judge.logtext import clean_line, is_dump
+from verl_e2e.judge.logtext import clean_line, is_dump, skipped_in
 from verl_e2e.judge.tracebacks import Tracebacks
 
 try:  # RE2 scans for every needle in one linear pass; without it each needle costs its own pass
@@ -54,6 +54,7 @@ BASE_NEEDLES = (
     b"bridge/__init__",
     b"Enabling LoRA",
     b"Enabling LORA",
+    b"in hf_keys",
 )
 # The wrapper's `set -x` trace comes before training starts; it is looked for until the trainer's
 # command line has been traced (a `\n+` needle over a whole log would cost a pass per newline).
@@ -99,6 +100,7 @@ class Evidence:
     culprit: dict[str, Any] | None = None  # whose frame failed, where, and the owner chain (`culprit.locate`)
     residual_noise: list[str] = field(default_factory=list)
     key_lines: list[str] = field(default_factory=list)
+    skipped_weights: list[str] = field(default_factory=list)  # mapped HF weights the checkpoint lacked
     bytes_read: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -122,6 +124,7 @@ class State:
     hits: dict[str, str] = field(default_factory=dict)  # signature name -> first line it matched
     residual: list[tuple[str, bool]] = field(default_factory=list)  # (line, a step line came before it)
     key_lines: list[str] = field(default_factory=list)
+    skipped_weights: list[str] = field(default_factory=list)  # HF names Bridge's import could not find
     bytes_read: int = 0
 
     def key(self, line: str) -> None:
@@ -139,6 +142,7 @@ class State:
             self.hits.setdefault(name, line)
         self.residual += [(line, after or steps_before > 0) for line, after in later.residual]
         self.key_lines = list(dict.fromkeys(self.key_lines + later.key_lines))[:MAX_ITEMS]
+        self.skipped_weights = list(dict.fromkeys(self.skipped_weights + later.skipped_weights))[:MAX_ITEMS]
         self.bytes_read += later.bytes_read
 
 
@@ -284,6 +288,8 @@ class LogParser:
             st.key(key)
         if "Enabling" in line:
             st.stages.model_marker(line)
+        if "in hf_keys" in line:
+            st.skipped_weights = list(dict.fromkeys(st.skipped_weights + skipped_in(line)))[:MAX_ITEMS]
         if any(k in line for k in self._failure_keys):
             record_failure(self.state, self.signatures, line)
         if "validation metrics: " in line:  # last: it may read ahead into the following lines
@@ -327,6 +333,7 @@ def summarize(st: State, signatures: Iterable[Signature]) -> Evidence:
         unhandled_error=tb.unhandled,
         nan_or_inf_in_metrics=m.nan,
         nan_metrics=m.nan_metrics,
+        skipped_weights=list(st.skipped_weights),
         zero_grad_norm=m.zero_grad_norm(),
         traced_env=sg.traced_env,
         command=sg.command,

@@ -36,7 +36,8 @@ def _size(log: Path) -> int | None:
 
 def _changes(run_dir: Path) -> dict[str, Any] | None:
     """The PR's changed lines and functions the host wrote beside the run (`changes.json`), if any:
-    {"lines": {path: [[first, last], ...]}, "functions": {path: [qualname, ...]}}."""
+    {"lines": {path: [[first, last], ...]}, "functions": {path: [qualname, ...]}, "names": {path: [dotted
+    string literals on the added lines, ...]}}."""
     try:
         data = json.loads(safefs.read_text(run_dir / "changes.json"))
     except (OSError, ValueError, safefs.UnsafeFileError):
@@ -48,10 +49,14 @@ def _changes(run_dir: Path) -> dict[str, Any] | None:
         for k, v in data["lines"].items()
         if isinstance(v, list)
     }
-    functions = data.get("functions")
-    functions = functions if isinstance(functions, dict) else {}
-    named = {str(k): [str(q) for q in v if isinstance(q, str)] for k, v in functions.items() if isinstance(v, list)}
-    return {"lines": lines, "functions": named}
+    return {"lines": lines, "functions": _strings(data.get("functions")), "names": _strings(data.get("names"))}
+
+
+def _strings(value: Any) -> dict[str, list[str]]:
+    """{path: [str, ...]} from an untrusted JSON value; anything else is dropped."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): [q for q in v if isinstance(q, str)] for k, v in value.items() if isinstance(v, list)}
 
 
 def _ran(run_dir: Path) -> list[tuple[str, str]] | None:

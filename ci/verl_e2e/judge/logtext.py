@@ -46,3 +46,17 @@ def parse_number(text: str) -> float | None:
 def is_dump(line: str) -> bool:
     """A line of a config dump, a pprint or Hydra's override list: never evidence of a failure."""
     return _OVERRIDES in line or _DUMP.match(line) is not None
+
+
+SINGLE = re.compile(r"Can't find (\S+) in hf_keys")
+MANY = re.compile(r"Can't find the following HF parameters in hf_keys: \[([^\]]*)\]")
+QUOTED = re.compile(r"'([^']+)'")
+
+
+def skipped_in(line: str) -> list[str]:
+    """The HF names a Bridge warning line says were not found ([] for any other line)."""
+    many = MANY.search(line)
+    if many:
+        return QUOTED.findall(many.group(1))
+    single = SINGLE.search(line)
+    return [single.group(1)] if single else []

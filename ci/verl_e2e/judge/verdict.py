@@ -10,9 +10,10 @@ Bridge, so it is not evidence against the provider. A cell that never ran is a F
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, get_args
 
+from verl_e2e.judge import weights
 from verl_e2e.judge.blame import Changes, compatibility_follow_up, culprit_phrase, megatron_limitation, megatron_source
 from verl_e2e.judge.checks import Check, bridge_import, build_checks
 from verl_e2e.judge.evidence import Evidence
@@ -198,8 +199,11 @@ def _deliverables(
     """The skill's five deliverables, from the checks (Blocked is the overall result, never one of these)."""
     by_name = {c.name: c for c in checks}
     ran = [p for p in phases if p.status != "not_run"]
-    run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", "no_nan")
-    run_checks = [by_name[n] for n in run_names if n in by_name and (n != "no_nan" or by_name[n].result == "Fail")]
+    run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", "no_nan", "weights_loaded")
+    shown_if_failed = ("no_nan", "weights_loaded")
+    run_checks = [
+        by_name[n] for n in run_names if n in by_name and (n not in shown_if_failed or by_name[n].result == "Fail")
+    ]
     run_ok = bool(ran) and all(c.result == "Pass" for c in run_checks)
     variant_checks = [
         c for c in checks if c.name in ("saves", "resume", "no_nan", "grad_norm_nonzero", "learning_signal")
@@ -275,7 +279,12 @@ def judge(
         checkpoints=checkpoints,
         baseline=baseline,
     )
+    skipped = list(dict.fromkeys(w for ev in evidences.values() for w in ev.skipped_weights))
+    loaded = weights.check(skipped, changes)
+    checks += [loaded] if loaded else []
     out = _outcome(phases, evidences, checks, import_check.detail if wrong else None, provenance, problems)
+    if loaded and out.result == "Fail" and out.failure_class == "none":  # the change's names: a build problem
+        out = replace(out, failure_class="model_build")
     command = reproduce(phases) or next((ev.command for ev in evidences.values() if ev.command), None)
     durations = [p.duration_s for p in phases if p.duration_s is not None]
     return Verdict(
@@ -286,8 +295,12 @@ def judge(
         deliverables=_deliverables(cell, phases, checks, log_sizes, log_capture),
         checks=checks,
         key_lines=key_lines(evidences, phases),
-        limitations=detected_limitations(cell, evidences, phases, _recorded_limitations(provenance)),
-        follow_ups=_follow_ups(cell, out, evidences, checks, provenance),
+        limitations=detected_limitations(
+            cell, evidences, phases, [*_recorded_limitations(provenance), *filter(None, [weights.limitation(skipped)])]
+        ),
+        follow_ups=[weights.FOLLOW_UP]  # the skill's model-build hint is about the provider, not names
+        if loaded and out.result == "Fail" and not out.reason and out.failed_phase is None
+        else _follow_ups(cell, out, evidences, checks, provenance),
         failure_class=out.failure_class,
         failed_phase=out.failed_phase,
         duration_s=sum(durations) if durations else None,

@@ -8,6 +8,7 @@ back to the shipped surface index, so a plan made from the API and one made from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -109,4 +110,24 @@ def changed_line_ranges(files: Sequence[ChangedFile]) -> dict[str, list[list[int
             else:
                 ranges.append([line, line])
         out[f.path] = ranges
+    return out
+
+
+# a quoted dotted name on an added line: a parameter or module name the change writes
+NAME_LITERAL = re.compile(r"""["']([A-Za-z_][\w*]*(?:\.[\w*]+)+)["']""")
+MAX_NAMES = 50
+
+
+def changed_names(files: Sequence[ChangedFile]) -> dict[str, list[str]]:
+    """{path: [dotted string literals on the added lines]} of each Python file: the names a change writes
+    (a mapping's "model.layers.*.mlp.down_proj.weight"), so the judge can tell that a weight Bridge could
+    not find in the checkpoint was named by this change."""
+    out: dict[str, list[str]] = {}
+    for f in files:
+        if not f.path.endswith(".py") or not f.diff_lines or not f.added_at:
+            continue
+        added = f.diff_lines[len(f.diff_lines) - len(f.added_at) :]  # removed lines come first
+        names = dict.fromkeys(n for line in added for n in NAME_LITERAL.findall(line))
+        if names:
+            out[f.path] = list(names)[:MAX_NAMES]
     return out

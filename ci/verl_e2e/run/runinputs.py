@@ -72,7 +72,11 @@ def plan_changes(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     context = (data.get("context") or {}) if isinstance(data, dict) else {}
-    changes, functions = context.get("changes"), context.get("changed_functions")
+    changes, functions, names = context.get("changes"), context.get("changed_functions"), context.get("changed_names")
     if not isinstance(changes, dict):
         return None
-    return {"lines": changes, "functions": functions if isinstance(functions, dict) else {}}
+    return {
+        "lines": changes,
+        "functions": functions if isinstance(functions, dict) else {},
+        "names": names if isinstance(names, dict) else {},
+    }
