@@ -182,6 +182,23 @@ def test_our_provider_field_mutation_fails_in_the_changed_line_with_the_mapping_
     assert not any("mpu parallel sizes" in x for x in v.follow_ups)
 
 
+def test_a_frame_outside_the_change_still_names_the_changed_code_the_cell_ran(tmp_path: Path) -> None:
+    """Run 14's failure re-judged as if the PR had changed another function the cell ran (Bridge's HF
+    config reader): the failing frame is not the PR's, so the headline says so, and the follow-ups add
+    the changed function that ran before it, the next place to look."""
+    run = tmp_path / "run"
+    shutil.copytree(OURS / "14-fail-level0-mutation-provider-field", run)
+    path = "src/megatron/bridge/models/conversion/model_bridge.py"
+    changed = {"lines": {path: [[1, 1]]}, "functions": {path: ["MegatronModelBridge.hf_config_to_provider_kwargs"]}}
+    (run / "changes.json").write_text(json.dumps(changed))
+    v = _judge(run, tmp_path / "judged")
+    assert "qwen2_bridge.py:53 in provider_bridge; not in code this PR changed" in v.headline
+    assert v.follow_ups[-1] == (
+        "the failing frame is outside this PR's lines, but this cell ran the changed "
+        f"`MegatronModelBridge.hf_config_to_provider_kwargs` ({path})"
+    )
+
+
 def test_our_nan_scaling_mutation_fails_level0_though_every_phase_exited_0(tmp_path: Path) -> None:
     """tools/mutate_bridge.py nan-scaling: the adapter output divided by its own max (0/0 with the
     zero-initialised LoRA B). verl finished step 1 and exited 0 with every loss NaN; Level 0 lists no

@@ -86,12 +86,18 @@ def with_coverage(verdict: Verdict, run_dir: Path) -> Verdict:
 
 
 def _suspects(verdict: Verdict, executed: Sequence[str]) -> Verdict:
-    """A failure with no traceback (NaN/Inf, a hang, a save that never completed) has no frame to name;
-    the PR's changed functions this cell ran are then the first place to look, so the verdict says so."""
-    if verdict.result != "Fail" or verdict.exception or not executed:
+    """A failure with no traceback (NaN/Inf, a hang, skipped weights) has no frame to name, and one raised
+    outside the PR's lines (in vLLM, in Megatron-Core, in Bridge code the PR did not touch) names a frame
+    that may only be where the change's effect surfaced. Either way the PR's changed functions this cell
+    ran are the next place to look, so the verdict says which."""
+    in_change = "this PR changed:" in verdict.headline
+    if verdict.result != "Fail" or in_change or not executed:
         return verdict
     named = ", ".join(f"`{e.split(':', 1)[1]}` ({e.split(':', 1)[0]})" for e in executed[:3])
     more = f" and {len(executed) - 3} more" if len(executed) > 3 else ""
+    if verdict.exception:
+        follow = f"the failing frame is outside this PR's lines, but this cell ran the changed {named}{more}"
+        return replace(verdict, follow_ups=[*verdict.follow_ups, follow])
     follow = f"no traceback to name a frame: look first at the changed code this cell ran: {named}{more}"
     return replace(
         verdict,
