@@ -37,7 +37,9 @@ def _ev(text: str):
 
 def test_a_bridge_frame_that_raised_is_the_culprit_with_its_file_and_line() -> None:
     frames = (*OUTER, ("transform", f"{BRIDGE}/peft/lora.py", 231))
-    ev = _ev(_traceback("TypeError", "ParallelLinearAdapter.__init__() got an unexpected keyword argument 'rank'", frames))
+    ev = _ev(
+        _traceback("TypeError", "ParallelLinearAdapter.__init__() got an unexpected keyword argument 'rank'", frames)
+    )
     assert ev.failure_class == "model_build" and ev.culprit is not None
     culprit = ev.culprit["culprit"]
     assert (culprit["owner"], culprit["path"], culprit["line"], culprit["function"]) == (
@@ -91,6 +93,22 @@ def _run(matrix, root: Path, log: str, provenance: dict | None = None, changes: 
     return run
 
 
+def test_the_vanilla_mbridge_package_is_its_own_owner_not_bridge() -> None:
+    """verl with vanilla_mbridge=True builds through the mbridge package (ISEEKYAN/mbridge): a raise there
+    is neither Megatron-Bridge's nor "other" (verl issue #6936's ModelType.encoder_and_decoder)."""
+    mbridge = "/usr/local/lib/python3.12/site-packages/mbridge/core"
+    frames = (
+        ("_build_model_optimizer", f"{VERL}/workers/megatron_workers.py", 300),
+        ("get_model", f"{mbridge}/bridge.py", 120),
+        ("build_model", f"{mbridge}/util.py", 83),
+    )
+    ev = _ev(_traceback("AttributeError", "type object 'ModelType' has no attribute 'encoder_and_decoder'", frames))
+    assert ev.culprit is not None
+    assert ev.culprit["owners"] == ["verl", "mbridge"]
+    assert ev.culprit["chain"].startswith("raised in mbridge (mbridge/core/util.py:83 in build_model)")
+    assert ev.culprit["chain"].endswith("; no Bridge frame")
+
+
 def test_the_headline_says_when_the_failing_frame_is_in_lines_this_pr_changed(matrix, tmp_path: Path) -> None:
     frames = (*OUTER, ("transform", f"{BRIDGE}/peft/lora.py", 231))
     log = V.trace() + V.TASK + _traceback("TypeError", "unexpected keyword argument 'rank'", frames)
@@ -101,15 +119,23 @@ def test_the_headline_says_when_the_failing_frame_is_in_lines_this_pr_changed(ma
     other = {"lines": {"src/megatron/bridge/peft/lora.py": [[1, 9]]}, "functions": {}}
     elsewhere = judge_run_dir(_run(matrix, tmp_path / "b", log, changes=other))
     assert "at src/megatron/bridge/peft/lora.py:231 in transform; not in code this PR changed" in elsewhere.headline
-    inside = {"lines": {"src/megatron/bridge/peft/lora.py": [[235, 235]]}, "functions": {"src/megatron/bridge/peft/lora.py": ["LoRA.transform"]}}
+    inside = {
+        "lines": {"src/megatron/bridge/peft/lora.py": [[235, 235]]},
+        "functions": {"src/megatron/bridge/peft/lora.py": ["LoRA.transform"]},
+    }
     verdict = judge_run_dir(_run(matrix, tmp_path / "c", log, changes=inside))
-    assert "in a function this PR changed: `LoRA.transform` at `src/megatron/bridge/peft/lora.py:231`" in verdict.headline
+    assert (
+        "in a function this PR changed: `LoRA.transform` at `src/megatron/bridge/peft/lora.py:231`" in verdict.headline
+    )
 
 
 def test_a_verl_megatron_failure_names_both_versions_and_no_provider_advice(matrix, tmp_path: Path) -> None:
     frames = (*OUTER[:2], ("unwrap_model", f"{VERL}/utils/megatron_utils.py", 525))
     log = V.trace() + V.TASK + _traceback("TypeError", "isinstance() arg 2 must be a type", frames)
-    provenance = {"megatron_lm": "/workspace/Megatron-Bridge/3rdparty/Megatron-LM", "megatron_lm_commit": "2a75ac1" + "0" * 33}
+    provenance = {
+        "megatron_lm": "/workspace/Megatron-Bridge/3rdparty/Megatron-LM",
+        "megatron_lm_commit": "2a75ac1" + "0" * 33,
+    }
     verdict = judge_run_dir(_run(matrix, tmp_path, log, provenance))
     (follow,) = verdict.follow_ups
     assert follow.startswith("reads as a verl/Megatron-Core compatibility problem, no Bridge frame on the failing path")
@@ -144,7 +170,9 @@ def test_installed_megatron_core_is_a_stated_limitation(matrix, tmp_path: Path) 
     (run / "provenance.json").write_text(json.dumps(data))
     verdict = judge_run_dir(run)
     assert verdict.result == "Pass"
-    assert any("megatron-core 0.19.2 installed in the environment, not the PR's pinned" in x for x in verdict.limitations)
+    assert any(
+        "megatron-core 0.19.2 installed in the environment, not the PR's pinned" in x for x in verdict.limitations
+    )
 
 
 @pytest.mark.parametrize("name", ["03-verl-vs-mcore-unwrap-model-typeerror"])

@@ -23,13 +23,14 @@ BRIDGE, VERL, MCORE = "Megatron-Bridge", "verl", "Megatron-Core"
 OWNERS = (
     (BRIDGE, ("/megatron/bridge/",)),
     (MCORE, ("/megatron/core/", "/Megatron-LM/", "/megatron/training/")),
+    ("mbridge", ("/mbridge/",)),  # the vanilla bridge verl uses when vanilla_mbridge=True, not Bridge
     ("Transformer Engine", ("/transformer_engine/",)),
     ("vLLM", ("/vllm/",)),
     ("Ray", ("/ray/", "ray::")),
     ("torch", ("/torch/",)),
     (VERL, ("/verl/",)),
 )
-PRIORITY = (BRIDGE, VERL, MCORE, "Transformer Engine", "vLLM", "Ray", "torch", "other")
+PRIORITY = (BRIDGE, VERL, MCORE, "mbridge", "Transformer Engine", "vLLM", "Ray", "torch", "other")
 # where a path is shown from (repository- or package-relative), per owner
 SHOWN_FROM = {BRIDGE: ("/src/megatron/bridge/", "/megatron/bridge/"), MCORE: ("/megatron/core/", "/megatron/")}
 PEFT_HINT = "check the LoRA target modules and Bridge's PEFT wrapping (non-vanilla PEFT helpers) in the frame named"
@@ -51,7 +52,13 @@ def shown(path: str, who: str) -> str:
             return path[path.index(mark) + 1 :]
     if who == VERL and "/verl/" in path:
         return path[path.rindex("/verl/") + 1 :]
-    package = {"Transformer Engine": "/transformer_engine/", "vLLM": "/vllm/", "Ray": "/ray/", "torch": "/torch/"}
+    package = {
+        "mbridge": "/mbridge/",
+        "Transformer Engine": "/transformer_engine/",
+        "vLLM": "/vllm/",
+        "Ray": "/ray/",
+        "torch": "/torch/",
+    }
     mark = package.get(who, "")
     return path[path.rindex(mark) + 1 :] if mark and mark in path else path
 
