@@ -368,3 +368,43 @@ def test_signatures_from_the_matrix_come_first(tmp_path: Path) -> None:
         extra + default_signatures(),
     )
     assert (ev.failure_class, ev.failure_signature, ev.hint) == ("runtime", "segv", "a native crash")
+
+
+def test_an_actor_that_died_in_its_creation_task_reports_the_remote_exception() -> None:
+    """Ray's ActorDiedError line is followed by the remote traceback of the actor's __init__ (no new
+    `Traceback` header): the exception that ends it is the failure, not Ray's wrapper."""
+    log = (
+        "(TaskRunner pid=1) Traceback (most recent call last):\n"
+        '  File "/workspace/verl/verl/trainer/main_ppo.py", line 40, in main\n'
+        '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 2800, in get\n'
+        "ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
+        "ray::WorkerDict.__init__() (pid=55, ip=10.0.0.2, actor_id=1, repr=<WorkerDict object at 0x7f>)\n"
+        '  File "/workspace/verl/verl/workers/megatron_workers.py", line 120, in __init__\n'
+        '  File "/usr/local/lib/python3.12/dist-packages/megatron/core/parallel_state.py", line 600, in '
+        "initialize_model_parallel\n"
+        "RuntimeError: world_size (2) is not divisible by 4\n"
+    )
+    ev = parse_bytes(log.encode())
+    assert ev.exception == {"type": "RuntimeError", "message": "world_size (2) is not divisible by 4"}
+    assert ev.culprit is not None and ev.culprit["raised_in"]["function"] == "initialize_model_parallel"
+    cut = parse_bytes(log.rsplit("  File", 2)[0].encode())  # the log ends before the remote exception
+    assert cut.exception is not None and cut.exception["type"] == "ActorDiedError"
+    assert "creation task" in cut.exception["message"]
+
+
+@pytest.mark.parametrize(
+    ("line", "etype"),
+    [
+        ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144", "OutOfResources"),
+        ("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:", "BackendCompilerFailed"),
+    ],
+)
+def test_exceptions_named_otherwise_end_a_traceback_with_their_module_path(line: str, etype: str) -> None:
+    log = (
+        "(WorkerDict pid=7) Traceback (most recent call last):\n"
+        '(WorkerDict pid=7)   File "/workspace/verl/verl/workers/actor/megatron_actor.py", line 500, in update_policy\n'
+        f"(WorkerDict pid=7) {line}\n"
+    )
+    ev = parse_bytes(log.encode())
+    assert ev.exception is not None and ev.exception["type"] == etype
+    assert parse_bytes(b"Unsupported: a sentence in a log, not an exception\n").exception is None

@@ -39,6 +39,8 @@ MAX_ITEMS = 50  # residual-noise lines, key lines kept
 # "Training Progress" is not a needle: only the last progress line counts, so each chunk is searched
 # backwards for it once (tqdm prints one per step, which would double the lines to look at).
 PROGRESS = b"Training Progress"
+# exception names that end in neither Error nor Exception (tracebacks.QUALIFIED_EXCEPTION_LINE)
+QUALIFIED_KEYS = ("OutOfResources", "BackendCompilerFailed", "exc.Unsupported", "StopIteration")
 BASE_NEEDLES = (
     b"step:",
     b"resource_tracker",
@@ -55,11 +57,12 @@ BASE_NEEDLES = (
     b"Enabling LoRA",
     b"Enabling LORA",
     b"in hf_keys",
+    *(k.encode() for k in QUALIFIED_KEYS),
 )
 # The wrapper's `set -x` trace comes before training starts; it is looked for until the trainer's
 # command line has been traced (a `\n+` needle over a whole log would cost a pass per newline).
 TRACE_NEEDLES = (b"\n+", b"\r+")
-FAILURE_KEYS = ("rror", "xception", "nterrupt", 'File "', "Traceback", "resource_tracker")
+FAILURE_KEYS = ("rror", "xception", "nterrupt", 'File "', "Traceback", "resource_tracker", *QUALIFIED_KEYS)
 RESIDUAL = re.compile(
     r"resource_tracker|DataLoader worker \(pid|Exception ignored in|atexit|during shutdown|"
     r"Ray is shutting down|worker_pool\.cc|core_worker\.cc.*(?:Exiting|shutdown)|leaked semaphore"

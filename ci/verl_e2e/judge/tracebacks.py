@@ -19,6 +19,9 @@ IGNORED_EXCEPTIONS = frozenset({"KeyboardInterrupt", "SystemExit"})
 _FRAME = re.compile(r'File "([^"]*)", line (\d+), in ([\w<>]+)')
 _RAY_METHOD = re.compile(r"ray::\w+\.(\w+)\(\)")
 _RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
+# Ray errors that print the remote traceback after their own line (an actor that died in its creation
+# task): the frames that follow, and the exception that ends them, are the same failure
+_RAY_WRAPPER = re.compile(r"\b(ActorDiedError|RayActorError|ActorUnavailableError): (.*\bray::.*)")
 _TRACEBACK = "Traceback (most recent call last)"
 _UNHANDLED = re.compile(r"Unhandled error \(suppress with|Error executing job with overrides")
 # a logging prefix in front of a traceback's lines: vLLM's `ERROR 12-01 10:00:00 [core.py:700] `, verl v1's
@@ -30,6 +33,11 @@ LOG_PREFIX = re.compile(
 EXCEPTION_LINE = re.compile(
     r"^(?:\[[Rr]ank[ -]?\d+\]:?\s*)?(?:[A-Za-z_]\w*\.)*"
     r"([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception)(?::\s?(.*))?$"
+)
+# exceptions whose names end otherwise, recognised only with their module path (a bare "Unsupported:" is prose)
+QUALIFIED_EXCEPTION_LINE = re.compile(
+    r"^(?:\[[Rr]ank[ -]?\d+\]:?\s*)?(?:[A-Za-z_]\w*\.)+"
+    r"(OutOfResources|BackendCompilerFailed|Unsupported|StopIteration)(?::\s?(.*))?$"
 )
 
 
@@ -86,6 +94,12 @@ class Tracebacks:
             self._open().ray_types.append(ray.group(1))
             self.awaiting = self.awaiting or ray.group(1)
             return True
+        wrapper = _RAY_WRAPPER.search(text)
+        if wrapper:
+            self._open().ray_types.append(wrapper.group(1))
+            if self.awaiting is None:
+                self.awaiting, self.ray_message = wrapper.group(1), wrapper.group(2).strip()[:500]
+            return True
         if found:
             return False
         if _TRACEBACK in text:
@@ -100,7 +114,8 @@ class Tracebacks:
         return self._exception(text.strip(), steps)
 
     def _exception(self, text: str, steps: int) -> bool:
-        m = EXCEPTION_LINE.match(LOG_PREFIX.sub("", text, count=1))
+        bare = LOG_PREFIX.sub("", text, count=1)
+        m = EXCEPTION_LINE.match(bare) or QUALIFIED_EXCEPTION_LINE.match(bare)
         if not m:
             return False
         etype, message = m.group(1), (m.group(2) or "").strip()[:500]
