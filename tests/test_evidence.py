@@ -408,3 +408,22 @@ def test_exceptions_named_otherwise_end_a_traceback_with_their_module_path(line:
     ev = parse_bytes(log.encode())
     assert ev.exception is not None and ev.exception["type"] == etype
     assert parse_bytes(b"Unsupported: a sentence in a log, not an exception\n").exception is None
+
+
+def test_an_exception_group_reports_its_sub_exception() -> None:
+    """An asyncio TaskGroup in the rollout loop prints an ExceptionGroup and, behind a `|` gutter, the
+    sub-exception's own traceback: that one (vLLM's dead engine here) is the failure."""
+    lines = [
+        "  + Exception Group Traceback (most recent call last):",
+        '  |   File "/workspace/verl/verl/experimental/agent_loop/agent_loop.py", line 300, in generate_sequences',
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
+        "  +-+---------------- 1 ----------------",
+        "    | Traceback (most recent call last):",
+        '    |   File "/workspace/verl/verl/experimental/agent_loop/agent_loop.py", line 320, in _run',
+        '    |   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/async_llm.py", line 400, in generate',
+        "    | vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        "    +------------------------------------",
+    ]
+    ev = parse_bytes("".join(f"(AgentLoopWorker pid=9) {line}\n" for line in lines).encode())
+    assert ev.exception == {"type": "EngineDeadError", "message": "EngineCore encountered an issue."}
+    assert ev.culprit is not None and ev.culprit["raised_in"]["owner"] == "vLLM"

@@ -32,8 +32,11 @@ LOG_PREFIX = re.compile(
 )
 EXCEPTION_LINE = re.compile(
     r"^(?:\[[Rr]ank[ -]?\d+\]:?\s*)?(?:[A-Za-z_]\w*\.)*"
-    r"([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception)(?::\s?(.*))?$"
+    r"([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception|(?:Base)?ExceptionGroup)(?::\s?(.*))?$"
 )
+# an exception group's tracebacks are printed behind a `|` gutter (asyncio TaskGroups in the rollout loop)
+_GUTTER = re.compile(r"^\s*(?:\|\s?)+")
+GROUPS = frozenset({"ExceptionGroup", "BaseExceptionGroup"})
 # exceptions whose names end otherwise, recognised only with their module path (a bare "Unsupported:" is prose)
 QUALIFIED_EXCEPTION_LINE = re.compile(
     r"^(?:\[[Rr]ank[ -]?\d+\]:?\s*)?(?:[A-Za-z_]\w*\.)+"
@@ -81,6 +84,7 @@ class Tracebacks:
 
     def line(self, text: str, steps: int) -> bool:
         """Handle one cleaned line; True when it was an exception line (a key line)."""
+        text = _GUTTER.sub("", text, count=1)
         found = False
         for m in _FRAME.finditer(text):
             self._open().add_frame(m.group(3), m.group(1), int(m.group(2)))
@@ -123,6 +127,11 @@ class Tracebacks:
             self.interrupted = self.interrupted or etype == "KeyboardInterrupt"
             self.current = None
             return False
+        if etype in GROUPS and self.current is not None:  # its sub-exception's traceback follows: the failure
+            self.current.ray_types.append(etype)
+            if self.awaiting is None:
+                self.awaiting, self.ray_message = etype, message
+            return True
         if self.awaiting == etype and message and not self.ray_message:
             self.ray_message = message
         if self.current is not None:
