@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from verl_e2e.errors import UsageError
-from verl_e2e.github.client import GitHubClient
+from verl_e2e.github.client import GitHubClient, repo_name
 from verl_e2e.github.gate import Context as GateContext
 from verl_e2e.github.gate import GateRefused, decide_warmup
 from verl_e2e.github.gate import decide as gate_decide
@@ -28,10 +28,10 @@ from verl_e2e.github.trigger import (
 )
 from verl_e2e.judge.judging import judge_run_dir
 from verl_e2e.plan.contract import append_outputs
-from verl_e2e.report.collect import collect
-from verl_e2e.report.comment import Context, fork_notice, only_pre_existing, refusal
-from verl_e2e.report.publish import PublishOptions, publish, upsert_comment
-from verl_e2e.report.regression import annotate, compare
+from verl_e2e.report.comment import fork_notice, refusal
+from verl_e2e.report.publish import upsert_comment
+from verl_e2e.report.regression import compare
+from verl_e2e.report.reporting import ReportRequest, report
 from verl_e2e.run.launch import sayer as _sayer
 
 
@@ -163,89 +163,40 @@ def add_commands(sub: Any) -> None:
 
 
 def _repo(args: argparse.Namespace, env: Mapping[str, str]) -> str:
-    repo = args.repo or env.get("GITHUB_REPOSITORY", "")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
-        raise UsageError(f"--repo {repo or '(unset)'}: expected owner/name (or set GITHUB_REPOSITORY)")
-    return repo
+    return repo_name(args.repo, env)
 
 
 def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
-    say = _sayer(stdout)
-    plan: dict[str, Any] = {}
-    if args.plan is not None:
-        try:
-            plan = json.loads(args.plan.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            say(f"no readable plan at {args.plan} ({exc.__class__.__name__}); reporting without it")
-    job_failures, results = [], {}
-    for item in args.job_result:
-        name, _, result = item.partition("=")
-        results[name] = result
-        if result in ("failure", "cancelled"):
-            job_failures.append(f"{name}: {result}")
-    if isinstance(plan.get("cells"), list):
-        # with the plan, every cell has a row (judged, or "did not report"): a failed cell job is told there
-        job_failures = [j for j in job_failures if not j.startswith("cell:")]
-    server, run_id = env.get("GITHUB_SERVER_URL", "https://github.com"), env.get("GITHUB_RUN_ID")
-    named = args.repo or env.get("GITHUB_REPOSITORY", "")
-    run_url = args.run_url or (f"{server}/{named}/actions/runs/{run_id}" if named and run_id else "")
-    planned = plan.get("cells") if isinstance(plan.get("cells"), list) else None
-    verdicts = collect(
-        args.run_dirs,
-        say,
-        allow_empty=args.plan is not None,
-        planned=planned,
-        job_result=results.get("cell", results.get("cells", "")),
-        run_url=run_url,
-        head_sha=args.sha or "",
-    )
-    if args.baseline is not None:
-        base = {v.cell_id: v for v in collect([args.baseline], say, allow_empty=True)}
-        context = plan.get("context") or {}
-        verdicts = annotate(verdicts, base, str(context.get("merge_base") or ""), str(context.get("base") or ""))
-    publishing = (args.comment and args.pr is not None) or args.check or args.tracking_issue
-    repo = _repo(args, env) if publishing or args.repo else ""
-    ctx = Context(
-        repo=repo,
+    request = ReportRequest(
+        run_dirs=args.run_dirs,
+        plan=args.plan,
+        job_result=args.job_result,
+        repo=args.repo,
         pr=args.pr,
-        sha=args.sha or env.get("GITHUB_SHA", ""),
-        merge_base=args.merge_base or plan.get("context", {}).get("merge_base", ""),
-        run_url=run_url,
-        artifacts_url=args.artifacts_url or (f"{run_url}#artifacts" if run_url else ""),
-        skipped=plan.get("skipped", {}),
-        reasons=plan.get("reasons", {}),
-        uncovered=plan.get("uncovered", {}),
-        deferred=[d for d in plan.get("deferred") or [] if isinstance(d, dict)],
-        section=_section(args.section) or ("scheduled" if args.tracking_issue else ""),
-        job_failures=job_failures,
+        sha=args.sha,
+        merge_base=args.merge_base,
+        comment=args.comment,
+        check=args.check,
+        tracking_issue=args.tracking_issue,
+        blocked_neutral=args.blocked_neutral,
         pre_existing_fails=args.pre_existing_fails,
-    )
-    summary = args.summary or (Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None)
-    # cancelled, and no cell finished on its own (a cell's own deadline still leaves a verdict): superseded
-    superseded = "cancelled" in results.values() and all(
-        v.failure_class in ("did_not_report", "interrupted") for v in verdicts
-    )
-    if superseded:  # a newer push cancelled this run: its half-run cells say nothing; keep the last result
-        say("the run was cancelled (superseded by a newer run): the PR comment and check keep the last finished result")
-    opts = PublishOptions(
-        comment=args.comment and not superseded,
-        check=args.check and not superseded,
-        blocked_fails=not args.blocked_neutral,
-        summary=summary,
+        summary=args.summary,
         junit=args.junit,
+        run_url=args.run_url,
+        artifacts_url=args.artifacts_url,
         dry_run=args.dry_run,
         bot_login=args.bot_login,
-        tracking_issue=args.tracking_issue and not superseded,
+        baseline=args.baseline,
+        section=_section(args.section),
     )
-    client = None if args.dry_run or not publishing else GitHubClient.from_env(env)
-    done = publish(verdicts, ctx, opts, client, say)
-    stdout.write(f"verl-e2e: {done['result']} ({len(verdicts)} cells)\n")
-    if superseded:
+    done = report(request, env, _sayer(stdout))
+    stdout.write(f"verl-e2e: {done.result} ({done.cells} cells)\n")
+    if done.superseded:
         return 0
-    if done["result"] == "Fail" and only_pre_existing(verdicts, ctx):
+    if done.only_pre_existing:
         stdout.write("verl-e2e: every failure is already on the merge base; not counted against the change\n")
         return 0
-    return 0 if done["result"] in ("Pass", "Skipped") else 1
+    return 0 if done.result in ("Pass", "Skipped") else 1
 
 
 def cmd_compare(args: argparse.Namespace, stdout: TextIO) -> int:

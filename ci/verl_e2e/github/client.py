@@ -9,6 +9,7 @@ rate limit is waited out when its reset is near, and refused clearly otherwise.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -105,6 +106,14 @@ def checked(response: requests.Response, where: str) -> requests.Response:
     if status == 422:
         raise UnprocessableError(status, where, message)
     raise GitHubError(status, where, message)
+
+
+def repo_name(value: str | None, env: Mapping[str, str]) -> str:
+    """owner/name from the argument or GITHUB_REPOSITORY; anything else is one UsageError line."""
+    repo = value or env.get("GITHUB_REPOSITORY", "")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise UsageError(f"--repo {repo or '(unset)'}: expected owner/name (or set GITHUB_REPOSITORY)")
+    return repo
 
 
 @dataclass

@@ -3,10 +3,12 @@
 `collect` re-judges each planned cell's run dir (an artifact's verdict.json is not trusted) and
 gives a cell that never reported a Fail row; `regression` compares with the merge base (its results
 kept per runner by `basecache`); `comment` renders the maintainers' summary format, pure and exact;
-`publish` writes it through the GitHub stage, edited in place, never duplicated.
+`publish` writes it through the GitHub stage, edited in place, never duplicated. `reporting` is the
+entry the CLI calls: a `ReportRequest` in, everything above done in order, the outcome out.
 """
 
 from verl_e2e.report.comment import Context
 from verl_e2e.report.publish import PublishOptions
+from verl_e2e.report.reporting import ReportOutcome, ReportRequest, report
 
-__all__ = ["Context", "PublishOptions"]
+__all__ = ["Context", "PublishOptions", "ReportOutcome", "ReportRequest", "report"]
