@@ -111,10 +111,12 @@ def run_options(req: CellRequest, matrix: Matrix, cell_file: Path, out: Path, im
     root = req.cache or Path(matrix.defaults.host_cache)
     cache = cachelayout.host_paths(root, req.cache_layout)
     layout_env = cachelayout.cell_env(req.cache_layout, matrix.defaults.container_paths["datasets"])
+    if req.bridge is None:
+        raise UsageError("a Megatron-Bridge checkout is needed to run a cell: pass --bridge PATH")
     megatron = megatron_choice(req.megatron_lm, req.plan_file, req.verl, req.bridge, matrix)
     return RunOptions(
         cell_file=cell_file,
-        bridge=req.bridge,  # type: ignore[arg-type]  # the CLI requires --bridge wherever a cell runs
+        bridge=req.bridge,
         out=out,
         backend=req.backend,
         image=image,
