@@ -15,7 +15,8 @@ library only, because the image's Python is not ours. Steps, each recorded in th
   6. GSM8K parquet from the (read-only) cache, or made for this cell under its work dir
   7. reward model from the cache, or `reward.reward_model.enable=False` recorded as a limitation
   8. dummy-model config from the cached checkpoint config, when the cell uses one
-  9. `ray stop --force`, stale checkpoints removed (kept between the cell's phases), then each
+  9. what an earlier phase of this cell left running is stopped (only the cell's own processes, found
+     by a token in their environment: never another cell's Ray), stale checkpoints removed (kept between the cell's phases), then each
      phase through verl's wrapper with the cell's env and Hydra args plus the Ray runtime_env
      PYTHONPATH override; output teed into <phase>.log       -> phases.json, checkpoints.json
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,7 +44,7 @@ from records import Recorder, checkpoint_listing, git_state, log, write_json
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
 WRAPPER = "tests/special_e2e/run_ppo_trainer_megatron.sh"
 TAIL = 30
-RAY_CLI = "import sys; from ray.scripts.scripts import main; sys.exit(main())"
+CELL_TOKEN = "VERL_E2E_CELL_TOKEN"  # every process a cell starts inherits it: how the cell finds its own
 
 _state = {"proc": None, "cancelled": False}
 
@@ -118,10 +118,49 @@ def run_logged(
     return code, status, tail
 
 
-def ray_stop(env: dict) -> None:
-    """`ray stop --force`; through Ray's own CLI module where the `ray` script is not on PATH (pip --target)."""
-    cli = ["ray"] if shutil.which("ray", path=env.get("PATH")) else [sys.executable, "-c", RAY_CLI]
-    subprocess.run([*cli, "stop", "--force"], env=env, capture_output=True, check=False, timeout=60)
+def stop_own_processes(token: str, grace: float = 10.0) -> int:
+    """End every process whose environment carries this cell's token: what the cell started, its Ray
+    cluster included (Ray's processes inherit the environment of the driver that started them).
+
+    `ray stop --force` would end every Ray process on the machine, other cells' and the user's own
+    clusters too; a cell only ever stops what it started. Returns how many processes were signalled.
+    """
+    marker = f"{CELL_TOKEN}={token}".encode()
+    me = os.getpid()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if marker in fh.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+                alive.append(pid)
+            except OSError:
+                pass
+        deadline = time.time() + grace
+        while alive and time.time() < deadline and sig == signal.SIGTERM:
+            alive = [pid for pid in alive if _alive(pid)]
+            time.sleep(0.5)
+        found = alive
+        if not found:
+            break
+    return len(found)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().split(") ", 1)[-1][:1] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -132,6 +171,12 @@ def translate(value: str, mapping: list[tuple[str, str]]) -> str:
         if value == src or value.startswith(src.rstrip("/") + "/"):
             return dst + value[len(src.rstrip("/")) :]
     return value
+
+
+def translate_arg(arg: str, mapping: list[tuple[str, str]]) -> str:
+    """A Hydra `key=value` whose value is a cache path (Level 5's reward function) -> this machine's path."""
+    key, sep, value = arg.partition("=")
+    return key + sep + translate(value, mapping) if sep else arg
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -166,7 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--final-ray-stop",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="run `ray stop --force` after the last phase (not needed when the container exits)",
+        help="end the processes the cell started (its Ray cluster) after the last phase; never another's",
     )
     ap.add_argument(
         "--map",
@@ -244,10 +289,50 @@ def verify_imports(rec: Recorder, bridge: Path, pythonpath: str, mode: str) -> i
             reason = f"`import megatron.bridge` failed in the {where}: {err['type']}: {err['message']}"
             rec.step("imports", "failed", reason, started)
             return rec.fail("imports", "model_build" if err["in_bridge"] else "setup", reason)
+    if mode != "location":
+        stopped = import_verl_modules(rec, bridge, pythonpath, started)
+        if stopped is not None:
+            return stopped
     who = "driver and Ray worker import" if "ray_worker" in records else "driver resolves"
     later = "" if "ray_worker" in records else "; verl's Ray workers report theirs through the probe"
     rec.step("imports", "ok", f"{who} {records['driver']['origin']}{later}", started)
     return None
+
+
+def import_verl_modules(rec: Recorder, bridge: Path, pythonpath: str, started: float) -> int | None:
+    """Import megatron.bridge and every Bridge module verl imports, before Ray starts (exit code if one fails)."""
+    verl = Path(rec.provenance.get("repos", {}).get("verl", {}).get("path") or os.environ.get("VERL_REPO", "."))
+    modules = preflight.verl_bridge_modules(str(verl))
+    src = str(bridge / "src") + "/"
+    results = preflight.import_modules(pythonpath, modules, src, timeout=600)
+    if "error" in results and isinstance(results["error"], str):
+        rec.provenance["import_check"]["modules"] = {"error": results["error"]}
+        log(f"imports: {results['error']}")
+        return None  # the run itself will show it; no verdict from a check that did not finish
+    failed = preflight.blocking_import(results)
+    rec.provenance["import_check"]["modules"] = {
+        m: (None if e is None else {k: v for k, v in e.items() if k != "traceback"}) for m, e in results.items()
+    }
+    notes = [f"{m}: {e['type']}: {e['message']}" for m, e in results.items() if isinstance(e, dict)]
+    if failed is None:
+        log(
+            f"imports: {len(results) - len(notes)} of {len(results)} Bridge module(s) verl imports imported"
+            + (f"; not Bridge's to fix: {'; '.join(notes)}" if notes else "")
+        )
+        return None
+    module, err = failed
+    sys.stdout.write(err.get("traceback", ""))  # the driver log keeps the whole traceback
+    sys.stdout.flush()
+    frame = next((f for f in reversed(err["frames"]) if f["file"].startswith(src)), err["frames"][-1])
+    where = (
+        f"{frame['file'][len(str(bridge)) + 1 :] if frame['file'].startswith(src) else frame['file']}:{frame['line']}"
+    )
+    reason = (
+        f"`import {module}` (verl imports it) failed before Ray started: {err['type']}: {err['message']} "
+        f"at {where} in {frame['function']}"
+    )
+    rec.step("imports", "failed", reason, started)
+    return rec.fail("imports", "model_build", reason)
 
 
 def check_environment(rec: Recorder, cell: dict, pythonpath: str) -> tuple[list[str], int | None]:
@@ -283,13 +368,15 @@ def run_phases(
         env.update(rec.overrides)
         trace = args.out / "trace" / phase["name"]  # every process of the phase records its Bridge functions
         env.update(VERL_E2E_TRACE_DIR=str(trace), VERL_E2E_TRACE_ROOT=str(args.bridge.resolve()))
-        ray_stop(env)
+        stop_own_processes(rec.token)  # what an earlier phase of this cell left behind
         cmd = [
             "bash",
             WRAPPER,
-            *phase["args"],
+            *(translate_arg(a, mapping) for a in phase["args"]),
             *extra,
             f"trainer.default_local_dir={ckpt_root}",
+            # a Ray cluster of the cell's own, never one that happens to run on the machine
+            "++ray_kwargs.ray_init.address=local",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={pythonpath}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_E2E_TRACE_DIR={trace}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_E2E_TRACE_ROOT={args.bridge.resolve()}",
@@ -314,6 +401,8 @@ def run_phases(
         try:
             count = functions.merge(args.out / "trace", args.out / "bridge-functions.json")
             log(f"phase {phase['name']}: {count} Bridge function(s) ran so far (bridge-functions.json)")
+            steps = functions.merge_updates(args.out / "trace", args.out / "updates.json")
+            log(f"phase {phase['name']}: {steps} optimizer step(s) recorded so far (updates.json)")
         except OSError as exc:
             log(f"phase {phase['name']}: the function records could not be merged: {exc}")
         listing[phase["name"]] = checkpoint_listing(ckpt_root)
@@ -354,6 +443,8 @@ def run_cell(args: argparse.Namespace) -> int:
         if stopped is not None:
             return stopped
     base_env = dict(os.environ, PYTHONPATH=pythonpath, RAY_USAGE_STATS_ENABLED="0")
+    base_env.pop("RAY_ADDRESS", None)  # the cell starts its own cluster (see run_phases)
+    base_env[CELL_TOKEN] = rec.token
     if "bridge_tests" in cell.get("checks", []) and args.bridge_tests == "auto":
         bridge_tests(cell, bridge, base_env, args.out, rec, timeout=1800)
 
@@ -378,7 +469,7 @@ def run_cell(args: argparse.Namespace) -> int:
 
     run_phases(args, cell, rec, base_env, extra, pythonpath)
     if args.final_ray_stop:
-        ray_stop(base_env)
+        stop_own_processes(rec.token)
     return 0 if all(p["status"] == "ok" for p in rec.phases) else 1
 
 

@@ -47,11 +47,72 @@ def merge(trace_dir, out_file):
                 phases = seen.setdefault(key, [])
                 if phase_dir.name not in phases:
                     phases.append(phase_dir.name)
-    functions = [
-        {"file": f, "qualname": q, "line": n, "phases": phases} for (f, q, n), phases in sorted(seen.items())
-    ]
+    functions = [{"file": f, "qualname": q, "line": n, "phases": phases} for (f, q, n), phases in sorted(seen.items())]
     data = {"functions": functions, "processes": processes, "python": sys.version.split()[0]}
     tmp = Path(str(out_file) + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(out_file)
     return len(functions)
+
+
+MAX_UPDATES = 20_000
+UPDATE_KEYS = {
+    "pid": int,
+    "optimizer": int,
+    "class": str,
+    "step": int,
+    "params": int,
+    "elements": int,
+    "lr": float,
+    "grad_norm": float,
+    "grads_missing": int,
+    "weight_norm": float,
+    "update_norm": float,
+    "changed_tensors": int,
+}
+
+
+def _update_records(path):
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if len(raw) > MAX_LINE:
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            kept = {}
+            for key, kind in UPDATE_KEYS.items():
+                value = rec.get(key)
+                if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                    continue
+                if kind is str and isinstance(value, str):
+                    kept[key] = value[:80]
+                elif kind is not str and isinstance(value, (int, float)):
+                    kept[key] = kind(value)
+            if "step" in kept and "optimizer" in kept:
+                yield kept
+
+
+def merge_updates(trace_dir, out_file):
+    """Fold the probe's optimizer-step records (updates-<pid>.jsonl) into `out_file`; returns the count.
+
+    {"steps": [{"phase": "run", "pid": 12, "optimizer": 1, "class": "FusedAdam", "step": 1, "params": 56,
+                "elements": 80000, "lr": 1e-06, "grad_norm": 0.06, "grads_missing": 0,
+                "weight_norm": 9.1, "update_norm": 0.0004}, ...]}
+    Nothing is written when no process recorded a step (an old image, or a run that never stepped).
+    """
+    steps = []
+    for phase_dir in sorted(p for p in Path(trace_dir).glob("*") if p.is_dir()):
+        for path in sorted(phase_dir.glob("updates-*.jsonl")):
+            for rec in _update_records(path):
+                if len(steps) < MAX_UPDATES:
+                    steps.append({"phase": phase_dir.name, **rec})
+    if not steps:
+        return 0
+    tmp = Path(str(out_file) + ".tmp")
+    tmp.write_text(json.dumps({"steps": steps}, indent=1) + "\n")
+    tmp.replace(out_file)
+    return len(steps)

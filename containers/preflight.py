@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 RECORD = "verl-e2e: bridge import ({where}): {path}"
 ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
@@ -99,6 +101,70 @@ if __FULL__ and spec is not None:
                         "missing_module": getattr(exc, "name", None)}
 print("VERL_E2E_IMPORT " + json.dumps(out))
 """
+
+# The Bridge modules verl imports (found in verl's own source, so they follow the verl that runs), each
+# imported for real in the driver before Ray starts: an import-time error in any of them is a Fail in
+# seconds, with the frame it was raised in, instead of a worker death minutes into the run.
+MODULES_SNIPPET = r"""
+import importlib, json, sys, traceback
+bridge_src = sys.argv[2]
+out = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+        out[name] = None
+    except BaseException as exc:
+        frames = [{"file": f.filename, "line": f.lineno, "function": f.name}
+                  for f in traceback.extract_tb(exc.__traceback__)]
+        missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        out[name] = {"type": type(exc).__name__, "message": str(exc)[:500], "frames": frames[-12:],
+                     "in_bridge": any(f["file"].startswith(bridge_src) for f in frames),
+                     "missing_module": missing, "traceback": text[-6000:]}
+print("VERL_E2E_MODULES " + json.dumps(out))
+"""
+BRIDGE_IMPORT = re.compile(r"^\s*(?:from\s+(megatron\.bridge[\w.]*)\s+import|import\s+(megatron\.bridge[\w.]*))", re.M)
+
+
+def verl_bridge_modules(verl: str) -> list[str]:
+    """Every `megatron.bridge...` module named by an import statement in verl's package, sorted."""
+    names = {"megatron.bridge"}
+    for path in sorted(Path(verl, "verl").rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "megatron.bridge" in text:
+            names.update(a or b for a, b in BRIDGE_IMPORT.findall(text))
+    return sorted(names)
+
+
+def import_modules(pythonpath: str, modules: list[str], bridge_src: str, timeout: float) -> dict:
+    """{module: None or the error it raised} from one fresh interpreter importing each in turn."""
+    env = dict(os.environ, PYTHONPATH=pythonpath, RAY_USAGE_STATS_ENABLED="0")
+    try:
+        proc = _python(MODULES_SNIPPET, [json.dumps(modules), bridge_src], env, timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"importing verl's Bridge modules timed out after {timeout:.0f}s"}
+    found = _tagged(proc.stdout, "VERL_E2E_MODULES")
+    if found is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"error": f"the import of verl's Bridge modules did not finish: {' | '.join(tail) or 'no output'}"}
+    return found
+
+
+def blocking_import(results: dict) -> tuple[str, dict] | None:
+    """The first import failure that is Bridge's own: (module, error). A module outside Bridge that is
+    missing (modelopt for a save path, say) is the environment's, left to the preflight and the run."""
+    for module, err in results.items():
+        if not isinstance(err, dict):
+            continue
+        missing = err.get("missing_module") or ""
+        third_party = err.get("type") == "ModuleNotFoundError" and missing and not missing.startswith("megatron.bridge")
+        if err.get("in_bridge") and not third_party:
+            return module, err
+    return None
+
 
 RAY_SNIPPET = r"""
 import json, ray

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 
@@ -34,6 +35,7 @@ class Recorder:
         self.out = out
         self.provenance: dict = {"steps": [], "limitations": [], "commands": []}
         self.overrides: dict = {}  # env values the driver decided (dummy model paths)
+        self.token = uuid.uuid4().hex  # marks the processes this cell starts (driver.stop_own_processes)
         self.phases = [{"name": p["name"], "log": f"{p['name']}.log", "status": "not_run"} for p in cell["phases"]]
         self.save()
 
@@ -41,7 +43,7 @@ class Recorder:
     def reopen(cls, out: Path) -> Recorder:
         """The records a crashed run left, to add its setup failure to (a fresh one if unreadable)."""
         rec = cls.__new__(cls)
-        rec.out, rec.overrides = out, {}
+        rec.out, rec.overrides, rec.token = out, {}, uuid.uuid4().hex
         try:
             rec.provenance = json.loads((out / "provenance.json").read_text())
             rec.phases = json.loads((out / "phases.json").read_text())

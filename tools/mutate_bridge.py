@@ -65,6 +65,36 @@ MUTATIONS = {
         "an HF parameter name mistyped in the mapping (import skips it, export sends a name the rollout lacks)",
         "L0-lora-ddp-qwen",
     ),
+    "adapter-scale-floor": (
+        "src/megatron/bridge/peft/utils.py",
+        "        x = x * (self.alpha / self.dim)\n",
+        "        x = x * (self.alpha // (2 * self.dim))\n",
+        "the LoRA scale computed with floor division (alpha=rank gives 0: the adapter output is zeroed, "
+        "training runs and learns nothing)",
+        "L0-lora-ddp-llama",
+    ),
+    "adapter-detached": (
+        "src/megatron/bridge/peft/lora_layers.py",
+        "        combined = linear_output + adapter_output\n",
+        "        combined = linear_output + adapter_output.detach()\n",
+        "the adapter output added without its graph (no gradient reaches the adapters)",
+        "L5-learning-signal-llama",
+    ),
+    "export-swap": (
+        "src/megatron/bridge/models/conversion/param_mapping.py",
+        '        return {self.hf_param["gate"]: gate, self.hf_param["up"]: up}\n',
+        '        return {self.hf_param["gate"]: up, self.hf_param["up"]: gate}\n',
+        "the Megatron->HF export of a gated MLP swaps gate and up (no exception: the rollout engine gets "
+        "weights the trainer does not have)",
+        "L0-lora-ddp-llama",
+    ),
+    "import-error": (
+        "src/megatron/bridge/peft/utils.py",
+        "from megatron.bridge.utils.activation_map import str_to_dtype\n",
+        "from megatron.bridge.utils.activation_map import str_to_torch_dtype\n",
+        "a module verl imports names a symbol that does not exist (an import-time error)",
+        "L0-lora-ddp-llama",
+    ),
 }
 
 
@@ -76,7 +106,7 @@ def git(bridge: Path, *args: str) -> str:
 def reset(bridge: Path) -> None:
     if not git(bridge, "branch", "--list", BASE).strip():
         git(bridge, "branch", BASE)  # the first call marks the unmodified commit
-    git(bridge, "checkout", "-q", "-f", BASE)
+    git(bridge, "checkout", "-q", "-f", "--detach", BASE)  # detached: a worktree of the same repo may hold BASE
 
 
 def mutate(bridge: Path, name: str) -> str:

@@ -89,7 +89,7 @@ def _trace_bridge_functions():
 
     def started(code, offset):  # noqa: ARG001 - the PY_START signature
         if code.co_filename.startswith(prefix):
-            record = {"file": code.co_filename[len(base):], "qualname": code.co_qualname, "line": code.co_firstlineno}
+            record = {"file": code.co_filename[len(base) :], "qualname": code.co_qualname, "line": code.co_firstlineno}
             with contextlib.suppress(OSError):
                 os.write(fd, (json.dumps(record) + "\n").encode("utf-8", "replace"))
         return disable
@@ -100,6 +100,114 @@ def _trace_bridge_functions():
 
 
 _trace_bridge_functions()
+
+
+def _watch_optimizer_steps():
+    """Record what every optimizer step did to the parameters it owns (`updates-<pid>.jsonl`).
+
+    A run can finish every step and still train nothing: an adapter whose output is zeroed gets zero
+    gradients, a step size that never reaches the optimizer leaves the weights where they were, and
+    verl's own metrics show neither reliably (its grad norm is the actor's only, and a weight-decay
+    step moves weights without any gradient). So every process that imports `torch.optim.optimizer`
+    registers torch's global step hooks: before a step they keep a copy of the trainable parameters
+    (or, above MAX_COPIED elements, a float64 sum per tensor, which any real update changes), after
+    it they write one JSON line: the optimizer's class, its parameter count and elements, the
+    largest learning rate of its groups, and the norms of the gradients, the update and the weights.
+    The hooks only read; a failure inside them is swallowed so the run is never changed by them.
+    """
+    out = os.environ.get("VERL_E2E_TRACE_DIR")
+    if not out:
+        return
+
+    class _AfterImport:
+        @classmethod
+        def find_spec(cls, name, path=None, target=None):  # noqa: ARG003 - the finder protocol
+            if name != "torch.optim.optimizer":
+                return None
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(cls)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            run_module = spec.loader.exec_module
+
+            def exec_module(module):
+                run_module(module)
+                with contextlib.suppress(Exception):
+                    _register_step_hooks(module, out)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+        @classmethod
+        def invalidate_caches(cls):
+            return None
+
+    sys.meta_path.insert(0, _AfterImport)
+
+
+MAX_COPIED = 64 * 1024 * 1024  # elements: a copy of more (a full-parameter large model) costs too much memory
+
+
+def _register_step_hooks(optim_module, out):
+    import torch  # noqa: PLC0415 - torch is being imported: this runs inside its import of torch.optim
+
+    before = {}
+    order = {}
+    steps = {}
+    path = os.path.join(out, f"updates-{os.getpid()}.jsonl")
+    with contextlib.suppress(OSError):
+        os.makedirs(out, exist_ok=True)
+
+    def trainable(opt):
+        return [p for g in opt.param_groups for p in g["params"] if getattr(p, "requires_grad", False)]
+
+    def pre(opt, args, kwargs):  # noqa: ARG001 - torch's hook signature
+        with contextlib.suppress(Exception), torch.no_grad():
+            params = trainable(opt)
+            numel = sum(p.numel() for p in params)
+            copied = numel <= MAX_COPIED
+            saved = [p.detach().clone() if copied else p.detach().double().sum() for p in params]
+            before[id(opt)] = (params, saved, copied, numel)
+
+    def post(opt, args, kwargs):  # noqa: ARG001 - torch's hook signature
+        with contextlib.suppress(Exception), torch.no_grad():
+            params, saved, copied, numel = before.pop(id(opt))
+            index = order.setdefault(id(opt), len(order) + 1)
+            steps[id(opt)] = steps.get(id(opt), 0) + 1
+            record = {
+                "pid": os.getpid(),
+                "optimizer": index,
+                "class": type(opt).__name__,
+                "step": steps[id(opt)],
+                "params": len(params),
+                "elements": numel,
+                "lr": max((float(g.get("lr", 0.0)) for g in opt.param_groups), default=0.0),
+                "grad_norm": _norm(p.grad for p in params if p.grad is not None),
+                "grads_missing": sum(1 for p in params if p.grad is None),
+                "weight_norm": _norm(p.detach() for p in params),
+            }
+            if copied:
+                record["update_norm"] = _norm(p.detach() - s for p, s in zip(params, saved, strict=True))
+            else:
+                record["changed_tensors"] = sum(
+                    1 for p, s in zip(params, saved, strict=True) if bool(p.detach().double().sum() != s)
+                )
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    optim_module.register_optimizer_step_pre_hook(pre)
+    optim_module.register_optimizer_step_post_hook(post)
+
+
+def _norm(tensors):
+    total = 0.0
+    for t in tensors:
+        total += float(t.float().pow(2).sum())
+    return total**0.5
+
+
+_watch_optimizer_steps()
 
 
 def _chain_image_sitecustomize():

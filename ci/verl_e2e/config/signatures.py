@@ -25,6 +25,9 @@ FAILURE_CLASSES = (
     "hang",
     "nan",
     "interrupted",
+    "no_update",  # nothing trained moved (judge/training.py; from the run's records, not a log line)
+    "rollout_weights",  # the rollout engine ran other weights than the trainer's
+    "no_learning",  # Level 5: the reward did not rise beyond its own noise
 )
 
 

@@ -6,23 +6,16 @@ runs is data (`checks:` of its level in matrix.yaml); `build_checks` runs them i
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from verl_e2e.judge import training
+from verl_e2e.judge.checktypes import SCORE_KEYS, Check
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.rundir import PhaseRun
 from verl_e2e.plan.cells import Cell
 
-SCORE_KEYS = ("critic/score/mean", "critic/rewards/mean")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    result: Literal["Pass", "Fail", "Skipped"]
-    detail: str
+__all__ = ["SCORE_KEYS", "Check", "bridge_import", "build_checks"]
 
 
 def _bridge_tests(tests: Mapping[str, Any] | None) -> Check:
@@ -158,44 +151,6 @@ def _grad_norm(evidences: Mapping[str, Evidence]) -> Check:
     return Check("grad_norm_nonzero", "Pass", f"actor/grad_norm nonzero over {len(points)} steps")
 
 
-def _thirds(series: list[list[float]]) -> tuple[float, float]:
-    values = [v for _, v in sorted(series)]
-    k = max(1, len(values) // 3)
-    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
-
-
-def learning_signal(evidences: Mapping[str, Evidence], baseline: Evidence | None = None) -> Check:
-    """Reward (or score) trend against the start, and against a baseline run when one is given."""
-    ev = next(iter(evidences.values()), None)
-    if ev is None:
-        return Check("learning_signal", "Fail", "no log")
-    broken = [m for e in evidences.values() for m in e.nan_metrics]
-    if any(e.nan_or_inf_in_metrics for e in evidences.values()):
-        return Check("learning_signal", "Fail", "no learning signal: NaN/Inf in " + ", ".join(broken[:3]))
-    if any(e.zero_grad_norm for e in evidences.values()):
-        return Check("learning_signal", "Fail", "no learning signal: actor/grad_norm stuck at 0")
-    key = next((k for k in SCORE_KEYS if len(ev.series.get(k, [])) >= 4), None)
-    if key is None:
-        return Check("learning_signal", "Fail", "fewer than 4 steps of reward/score metrics were logged")
-    start, end = _thirds(ev.series[key])
-    notes = [f"{key} {start:.3f} -> {end:.3f} (first vs last third)"]
-    ok = end > start
-    val_i, val_f = ev.initial_validation, ev.final_validation
-    if val_i and val_f:
-        common = sorted(set(val_i) & set(val_f))
-        if common:
-            k = common[0]
-            notes.append(f"{k} {val_i[k]:.3f} -> {val_f[k]:.3f}")
-            ok = ok and val_f[k] >= val_i[k]
-    if baseline is not None and len(baseline.series.get(key, [])) >= 4:
-        _, base_end = _thirds(baseline.series[key])
-        tolerance = max(0.05, abs(base_end) * 0.1)
-        notes.append(f"baseline ends at {base_end:.3f} (tolerance {tolerance:.3f})")
-        ok = ok and end >= base_end - tolerance
-    verdict = "learning-signal passed" if ok else "no learning signal"
-    return Check("learning_signal", "Pass" if ok else "Fail", f"{verdict}: " + "; ".join(notes))
-
-
 def build_checks(
     cell: Cell,
     *,
@@ -205,8 +160,12 @@ def build_checks(
     bridge_tests: Mapping[str, Any] | None,
     checkpoints: Mapping[str, Any] | None,
     baseline: Evidence | None,
+    updates: Mapping[str, Any] | None = None,
+    moe: bool = False,
 ) -> list[Check]:
-    """The cell's checks, in the order its level lists them."""
+    """The cell's checks, in the order its level lists them, then those every cell gets: NaN/Inf (when
+    a metric went non-finite), a nonzero update of what is trained, and a rollout engine that ran the
+    trained weights."""
     builders = {
         "bridge_tests": lambda: _bridge_tests(bridge_tests),
         "local_bridge_import": lambda: import_check,
@@ -217,9 +176,15 @@ def build_checks(
         "resume": lambda: _resume(cell, evidences, checkpoints),
         "no_nan": lambda: _no_nan(evidences),
         "grad_norm_nonzero": lambda: _grad_norm(evidences),
-        "learning_signal": lambda: learning_signal(evidences, baseline),
+        "learning_signal": lambda: training.learning_signal(evidences, baseline),
+        "update_nonzero": lambda: training.update_check(updates, evidences),
+        "rollout_matches_trainer": lambda: training.rollout_check(evidences, moe),
     }
     names = list(cell.checks)
     if "no_nan" not in names and any(ev.nan_or_inf_in_metrics for ev in evidences.values()):
         names.append("no_nan")  # any level: a step with NaN/Inf losses is never a pass
+    ran = any(ev.max_step is not None for ev in evidences.values())
+    for always in ("update_nonzero", "rollout_matches_trainer"):
+        if always not in names and ran:  # any level: a run that trained nothing, or trained another model
+            names.append(always)
     return [builders[name]() for name in names if name in builders]

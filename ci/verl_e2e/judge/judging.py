@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_e2e import safefs
+from verl_e2e.config.matrix import load_matrix
 from verl_e2e.config.signatures import Signature
+from verl_e2e.errors import ConfigError
 from verl_e2e.judge import coverage, junit
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.parallel import parse_file
@@ -71,6 +73,24 @@ def _ran(run_dir: Path) -> list[tuple[str, str]] | None:
         for i in items or []
         if isinstance(i, dict) and isinstance(i.get("file"), str) and isinstance(i.get("qualname"), str)
     ]
+
+
+def _updates(run_dir: Path) -> dict[str, Any] | None:
+    """The probe's optimizer-step records (`updates.json`), read as untrusted data; None without one."""
+    try:
+        data = json.loads(safefs.read_text(run_dir / "updates.json", 16 * 1024 * 1024))
+    except (OSError, ValueError, safefs.UnsafeFileError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_moe(family: str) -> bool:
+    """Whether the cell's family routes tokens to experts (rollout and trainer then differ more)."""
+    try:
+        found = load_matrix().families.get(family)
+    except (OSError, ValueError, ConfigError):
+        return False
+    return bool(found is not None and found.has("moe"))
 
 
 def with_coverage(verdict: Verdict, run_dir: Path) -> Verdict:
@@ -139,6 +159,8 @@ def judge_run_dir(
         log_sizes=log_sizes,
         problems=run.problems,
         changes=_changes(run.path),
+        updates=_updates(run.path),
+        moe=_is_moe(run.cell.family),
     )
     verdict = with_coverage(verdict, run.path)
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})

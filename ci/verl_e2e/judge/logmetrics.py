@@ -31,6 +31,8 @@ SERIES_KEYS = (
     "critic/returns/mean",
     "response_length/mean",
     "training/global_step",
+    "rollout_corr/k3_kl",  # rollout engine vs trainer log-probs: does the rollout run the trained weights?
+    "training/rollout_actor_probs_pearson_corr",
 )
 NAN_WATCHED = re.compile(r"loss|reward|score|kl|entropy|grad_norm|log_?prob|advantage")
 STEP = re.compile(r"step:(\d+)(?: - |\s*$)")

@@ -38,6 +38,18 @@ TRIAGE = {
     "killed": "a process was killed with SIGKILL and no out-of-memory line says why; check the host's kernel log",
     "did_not_run": "the cell never reached verl's wrapper; read driver.log in the run dir",
     "harness": "the cell harness failed; read driver.log in the run dir and report it to verl-e2e",
+    "no_update": "nothing trained moved: check that gradients reach the adapters (their forward output and graph) "
+    "and that the optimizer's step size reaches them (updates.json has every step's norms)",
+    "rollout_weights": "the weights sent to the rollout differ from the trained ones: check the Megatron->HF export "
+    "mappings this PR changed (names, split order, transposes) against the HF model",
+    "no_learning": "the reward did not rise beyond its noise: compare with the merge base's Level 5 run; check "
+    "the loss, optimizer and adapter code this PR changed",
+}
+# a failed check with no exception behind it names the failure (first one listed wins)
+CHECK_CLASS = {
+    "update_nonzero": "no_update",
+    "rollout_matches_trainer": "rollout_weights",
+    "learning_signal": "no_learning",
 }
 
 
@@ -264,8 +276,11 @@ def judge(
     log_sizes: Mapping[str, int | None] | None = None,
     problems: Sequence[str] = (),
     changes: Changes | None = None,
+    updates: Mapping[str, Any] | None = None,
+    moe: bool = False,
 ) -> Verdict:
-    """Decide a cell from its phases' records and evidence (and a baseline run for Level 5)."""
+    """Decide a cell from its phases' records and evidence (and a baseline run for Level 5); `updates`
+    is the probe's optimizer-step record, `moe` whether the model routes tokens to experts."""
     provenance = provenance or {}
     if log_sizes is None:  # callers without a run dir on disk: the evidence says how much was read
         log_sizes = {name: ev.bytes_read for name, ev in evidences.items()}
@@ -278,6 +293,8 @@ def judge(
         bridge_tests=bridge_tests,
         checkpoints=checkpoints,
         baseline=baseline,
+        updates=updates,
+        moe=moe,
     )
     skipped = list(dict.fromkeys(w for ev in evidences.values() for w in ev.skipped_weights))
     loaded = weights.check(skipped, changes)
@@ -285,6 +302,9 @@ def judge(
     out = _outcome(phases, evidences, checks, import_check.detail if wrong else None, provenance, problems)
     if loaded and out.result == "Fail" and out.failure_class == "none":  # the change's names: a build problem
         out = replace(out, failure_class="model_build")
+    if out.result == "Fail" and out.failure_class == "none":  # no exception: the first failed training check names it
+        failed = next((CHECK_CLASS[c.name] for c in checks if c.result == "Fail" and c.name in CHECK_CLASS), None)
+        out = replace(out, failure_class=failed or "none")
     command = reproduce(phases) or next((ev.command for ev in evidences.values() if ev.command), None)
     durations = [p.duration_s for p in phases if p.duration_s is not None]
     return Verdict(

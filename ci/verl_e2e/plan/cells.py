@@ -83,6 +83,14 @@ def _model_env(matrix: Matrix, family: Family, ref: ModelRef, suffix: str) -> di
     return env
 
 
+def _cache_paths(value: str, paths: Mapping[str, str]) -> str:
+    """`{datasets}` / `{models}` in a matrix value -> the cache's path inside the container: a level whose
+    task is not GSM8K (Level 5's arithmetic) names its files without knowing where a site mounts them."""
+    for name in ("datasets", "models"):
+        value = value.replace("{" + name + "}", paths[name])
+    return value
+
+
 def _runtime_env(matrix: Matrix, gpus: int) -> dict[str, str]:
     paths = matrix.defaults.container_paths
     env = {
@@ -145,12 +153,13 @@ def _cell(
     if "lora" in kinds and variant.applies_to == "custom":  # the change is to LoRA code: keep LoRA on
         variant_env.pop("LORA_RANK", None)
     phases = []
+    paths = matrix.defaults.container_paths
     for phase in variant.phases:
         env = base | (dict(lvl.env) if level != 0 else {}) | variant_env | _model_env(matrix, family, ref, suffix)
         env |= _runtime_env(matrix, variant.gpus) | dict(phase.env)
-        phases.append(
-            CellPhase(phase.name, dict(sorted(env.items())), common_args + list(phase.args), dict(phase.expect))
-        )
+        env = {k: _cache_paths(v, paths) for k, v in sorted(env.items())}
+        args = [_cache_paths(a, paths) for a in common_args + list(phase.args)]
+        phases.append(CellPhase(phase.name, env, args, dict(phase.expect)))
     tests = [*SKILL_BRIDGE_TESTS, *family.tests, f"tests/unit_tests/models/{family.name}"]
     return Cell(
         id=f"L{level}-{variant.name}-{family.name}",

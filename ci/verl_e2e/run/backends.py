@@ -312,7 +312,7 @@ def local_command(cell: Cell, opts: RunOptions, scratch: Path) -> tuple[list[str
     if opts.verl is None:
         raise UsageError(f"run-cell: --backend {opts.backend} needs --verl PATH (a verl checkout the job can read)")
     devices = gpu_request(cell, opts.gpus, host_gpus()) if opts.backend == "local" else None
-    work = opts.out.parent / f".work-{cell.id}"
+    work = opts.out.parent / f".work-{opts.out.name}"  # per run dir: cells that share a node never share scratch
     maps = [f"{opts.container_paths[k]}={v}" for k, v in opts.cache.items() if k in opts.container_paths]
     cmd = [
         sys.executable,

@@ -114,6 +114,7 @@ def run_dir_names(cell: Cell) -> list[str]:
         "bridge-tests.json",
         "bridge-tests.log",
         "bridge-functions.json",  # the Bridge functions the cell's processes ran (untrusted data, read as such)
+        "updates.json",  # what each optimizer step did to the trained weights (untrusted data, read as such)
     ]
     return [*fixed, *(f"{p.name}.log" for p in cell.phases)]
 

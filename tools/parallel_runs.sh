@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Several one-GPU cells at once on one node, each with its own Ray cluster, scratch and Bridge tree
+# (`tools/offline_node.sh setup` first). Each entry is LABEL:MUTATION:CELL[:HYDRA,HYDRA...]:
+#   MUTATION  `-` runs WORK/Megatron-Bridge as it is; a name from tools/mutate_bridge.py runs that
+#             mutation committed in its own worktree (WORK/bridges/LABEL), planned from its diff
+#   CELL      the cell id to run (its level comes from the id), on FAMILY/MODEL (default llama, SmolLM2)
+#   HYDRA     extra overrides for that cell (comma-separated), e.g. actor_rollout_ref.actor.optim.lr=0.0
+#
+#   STAGGER=40 GPU_SHARE=0.1 tools/parallel_runs.sh WORK l0:-:L0-lora-ddp-llama l5:-:L5-learning-signal-llama
+#
+# Cells start STAGGER seconds apart (vLLM measures free GPU memory at start-up; simultaneous starts
+# disturb each other's measurement), each rollout takes GPU_SHARE of the GPU. Every cell's run dir
+# is WORK/runs/LABEL and its console output WORK/log-LABEL.txt; the script waits for all of them and
+# prints one line per cell: label, exit code, seconds.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=${1:?usage: parallel_runs.sh WORK LABEL:MUTATION:CELL[:HYDRA,...] ...}
+shift
+[ $# -gt 0 ] || { echo "parallel_runs.sh: name at least one LABEL:MUTATION:CELL entry" >&2; exit 2; }
+work=$(cd "$work" && pwd)
+export PYTHONPATH="$repo/ci:$work/site${PYTHONPATH:+:$PYTHONPATH}"
+export FAMILY=${FAMILY:-llama} MODEL=${MODEL:-local/smollm2-135m}
+stagger=${STAGGER:-40}
+share=${GPU_SHARE:-0.1}
+base="$work/Megatron-Bridge"
+python3 "$repo/tools/mutate_bridge.py" "$base" --reset  # marks the unmodified commit (branch verl-e2e-base)
+mkdir -p "$work/bridges" "$work/runs"
+
+prepare_tree() {  # LABEL MUTATION -> the Bridge tree this entry runs
+  local label=$1 mutation=$2 tree="$work/bridges/$1"
+  if [ "$mutation" = - ]; then echo "$base"; return; fi
+  git -C "$base" worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"
+  git -C "$base" worktree add --detach -q "$tree" verl-e2e-base >&2
+  python3 "$repo/tools/mutate_bridge.py" "$tree" "$mutation" > "$work/diff-$label.txt" || return 1
+  echo "$tree"
+}
+
+declare -A pids started
+for entry in "$@"; do
+  IFS=: read -r label mutation cell hydra <<< "$entry"
+  if [ -z "$label" ] || [ -z "$mutation" ] || [ -z "$cell" ]; then
+    echo "parallel_runs.sh: $entry: expected LABEL:MUTATION:CELL[:HYDRA,...]" >&2; exit 2
+  fi
+  tree=$(prepare_tree "$label" "$mutation") || { echo "parallel_runs.sh: $label: mutation $mutation failed" >&2; continue; }
+  extra=(--hydra "actor_rollout_ref.rollout.gpu_memory_utilization=$share")
+  IFS=, read -r -a overrides <<< "${hydra:-}"
+  for o in "${overrides[@]}"; do [ -n "$o" ] && extra+=(--hydra "$o"); done
+  plan_base=()
+  [ "$mutation" != - ] && plan_base=(VERL_E2E_PLAN_BASE=verl-e2e-base)
+  rm -rf "$work/runs/$label"
+  env "${plan_base[@]}" BRIDGE="$tree" "$repo/tools/offline_node.sh" run "$work" "$cell" \
+    --out "$work/runs/$label" "${extra[@]}" > "$work/log-$label.txt" 2>&1 &
+  pids[$label]=$!
+  started[$label]=$(date +%s)
+  echo "parallel_runs: started $label ($cell, ${mutation/#-/unmodified}) pid ${pids[$label]}"
+  sleep "$stagger"
+done
+for label in "${!pids[@]}"; do
+  wait "${pids[$label]}"
+  echo "parallel_runs: $label exit $? after $(( $(date +%s) - ${started[$label]} )) s"
+done
