@@ -6,7 +6,7 @@
 #   CELL      the cell id to run (its level comes from the id), on FAMILY/MODEL (default llama, SmolLM2)
 #   HYDRA     extra overrides for that cell (comma-separated), e.g. actor_rollout_ref.actor.optim.lr=0.0
 #
-#   STAGGER=40 GPU_SHARE=0.1 tools/parallel_runs.sh WORK l0:-:L0-lora-ddp-llama l5:-:L5-learning-signal-llama
+#   STAGGER=40 GPU_SHARE=0.1 MAX_PARALLEL=6 tools/parallel_runs.sh WORK l0:-:L0-lora-ddp-llama l5:-:L5-learning-signal-llama
 #
 # Cells start STAGGER seconds apart (vLLM measures free GPU memory at start-up; simultaneous starts
 # disturb each other's measurement), each rollout takes GPU_SHARE of the GPU. Every cell's run dir
@@ -22,6 +22,7 @@ export PYTHONPATH="$repo/ci:$work/site${PYTHONPATH:+:$PYTHONPATH}"
 export FAMILY=${FAMILY:-llama} MODEL=${MODEL:-local/smollm2-135m}
 stagger=${STAGGER:-40}
 share=${GPU_SHARE:-0.1}
+max=${MAX_PARALLEL:-6}  # cells running at once; the next one starts when one ends
 base="$work/Megatron-Bridge"
 python3 "$repo/tools/mutate_bridge.py" "$base" --reset  # marks the unmodified commit (branch verl-e2e-base)
 mkdir -p "$work/bridges" "$work/runs"
@@ -36,26 +37,34 @@ prepare_tree() {  # LABEL MUTATION -> the Bridge tree this entry runs
 }
 
 declare -A pids started
+started0=$(date +%s)
 for entry in "$@"; do
   IFS=: read -r label mutation cell hydra <<< "$entry"
   if [ -z "$label" ] || [ -z "$mutation" ] || [ -z "$cell" ]; then
     echo "parallel_runs.sh: $entry: expected LABEL:MUTATION:CELL[:HYDRA,...]" >&2; exit 2
   fi
+  while [ "$(jobs -rp | wc -l)" -ge "$max" ]; do wait -n; done
   tree=$(prepare_tree "$label" "$mutation") || { echo "parallel_runs.sh: $label: mutation $mutation failed" >&2; continue; }
-  extra=(--hydra "actor_rollout_ref.rollout.gpu_memory_utilization=$share")
+  # each cell's rollout takes its share of the GPU; two reward workers instead of eight (host memory)
+  extra=(--hydra "actor_rollout_ref.rollout.gpu_memory_utilization=$share" --hydra reward.num_workers=2)
   IFS=, read -r -a overrides <<< "${hydra:-}"
   for o in "${overrides[@]}"; do [ -n "$o" ] && extra+=(--hydra "$o"); done
   plan_base=()
   [ "$mutation" != - ] && plan_base=(VERL_E2E_PLAN_BASE=verl-e2e-base)
   rm -rf "$work/runs/$label"
-  env "${plan_base[@]}" BRIDGE="$tree" "$repo/tools/offline_node.sh" run "$work" "$cell" \
-    --out "$work/runs/$label" "${extra[@]}" > "$work/log-$label.txt" 2>&1 &
+  rm -f "$work/exit-$label"
+  (
+    env "${plan_base[@]}" BRIDGE="$tree" "$repo/tools/offline_node.sh" run "$work" "$cell" \
+      --out "$work/runs/$label" "${extra[@]}" > "$work/log-$label.txt" 2>&1
+    echo "$? $(( $(date +%s) - started0 ))" > "$work/exit-$label"
+  ) &
   pids[$label]=$!
   started[$label]=$(date +%s)
   echo "parallel_runs: started $label ($cell, ${mutation/#-/unmodified}) pid ${pids[$label]}"
   sleep "$stagger"
 done
+wait
 for label in "${!pids[@]}"; do
-  wait "${pids[$label]}"
-  echo "parallel_runs: $label exit $? after $(( $(date +%s) - ${started[$label]} )) s"
+  read -r code ended < "$work/exit-$label" || { code="?"; ended="?"; }
+  echo "parallel_runs: $label exit $code (started $(( started[$label] - started0 )) s in, ended $ended s in)"
 done
