@@ -191,8 +191,9 @@ def test_a_cell_that_did_not_run_fails(tmp_path: Path, matrix: Matrix) -> None:
 
 
 def test_level5_learning_signal(tmp_path: Path, matrix: Matrix) -> None:
-    rising = [0.2 + 0.02 * i for i in range(20)]
-    v, _ = _judge(tmp_path, matrix, 5, {"run": V.run(20, scores=rising)}, bridge_tests=TESTS_OK)
+    noise = [0.03, -0.02, 0.01, -0.04, 0.02, 0.0, -0.01, 0.03]
+    rising = [0.2 + 0.01 * i + noise[i % 8] for i in range(24)]
+    v, _ = _judge(tmp_path, matrix, 5, {"run": V.run(24, scores=rising)}, bridge_tests=TESTS_OK)
     assert v.result == "Pass", v.headline
     detail = next(c.detail for c in v.checks if c.name == "learning_signal")
     assert detail.startswith("learning-signal passed") and "converged" not in detail
@@ -201,13 +202,13 @@ def test_level5_learning_signal(tmp_path: Path, matrix: Matrix) -> None:
 @pytest.mark.parametrize(
     ("kw", "failing"),
     [
-        ({"scores": [0.6 - 0.01 * i for i in range(20)]}, "learning_signal"),
-        ({"grad_norms": [0.0] * 20, "scores": [0.2 + 0.02 * i for i in range(20)]}, "grad_norm_nonzero"),
+        ({"scores": [0.6 - 0.01 * i for i in range(24)]}, "learning_signal"),
+        ({"grad_norms": [0.0] * 24, "scores": [0.2 + 0.02 * i for i in range(24)]}, "grad_norm_nonzero"),
     ],
     ids=["flat-or-falling-reward", "zero-grad"],
 )
 def test_level5_failures(tmp_path: Path, matrix: Matrix, kw: dict[str, list[float]], failing: str) -> None:
-    v, _ = _judge(tmp_path, matrix, 5, {"run": V.run(20, **kw)}, bridge_tests=TESTS_OK)  # type: ignore[arg-type]
+    v, _ = _judge(tmp_path, matrix, 5, {"run": V.run(24, **kw)}, bridge_tests=TESTS_OK)  # type: ignore[arg-type]
     assert v.result == "Fail" and next(c for c in v.checks if c.name == failing).result == "Fail"
 
 
