@@ -135,6 +135,12 @@ def install(bridge: Path, site: dict, extra_run_cell_args: str = "") -> None:
             str(bridge),
             "--sha",
             site["here"],
+            "--repository",
+            "verl-e2e/verl-e2e",
+            "--runners",  # the labels act maps to this host (-P)
+            '{"2": ["self-hosted", "linux", "x64", "gpu-2"], "4": ["self-hosted", "linux", "x64", "gpu-4"]}',
+            "--image-runner",
+            '["self-hosted", "linux", "x64", "docker"]',
             "--image",
             site["image"],
             "--cache-root",

@@ -4,6 +4,7 @@ comments, triggers that refuse before reacting, and the CLI's rough edges a firs
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +27,16 @@ from .test_trigger import HEAD, comment_event, examples, setup_pr, spec  # noqa:
 SHA = "a" * 40
 
 
+RUNNERS = '{"2": ["self-hosted", "gpu-2"], "4": ["self-hosted", "gpu-4"], "8": ["self-hosted", "gpu-8"]}'
+
+
 def _install(bridge: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, str(ROOT / "tools/install_callers.py"), "--bridge", str(bridge), "--sha", SHA, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+    """The installer with the two settings it requires on a first install (unless the test gives its own)."""
+    first = "--reset" in args or not (bridge / ".github/verl-e2e-site.json").exists()
+    required = [*(("--repository", "NVIDIA-NeMo/verl-e2e") if first and "--repository" not in args else ())]
+    required += [*(("--runners", RUNNERS) if first and "--runners" not in args else ())]
+    cmd = [sys.executable, str(ROOT / "tools/install_callers.py"), "--bridge", str(bridge), "--sha", SHA]
+    return subprocess.run([*cmd, *required, *args], capture_output=True, text=True, check=False)
 
 
 @pytest.fixture
@@ -51,7 +59,8 @@ def test_settings_are_written_in_and_remembered_across_re_runs(bridge: Path) -> 
     assert json.loads(e2e["with"]["runners"])["4"] == ["self-hosted", "h100-4"]
     assert e2e["secrets"]["registry_token"] == "${{ secrets.NGC_TOKEN }}"
     again = _install(bridge, "--image-repository", "ghcr.io/nvidia/verl-e2e")  # changes one setting only
-    assert again.returncode == 0 and "kept from" in again.stdout and "cache_root" in again.stdout
+    assert again.returncode == 0, again.stderr
+    assert re.search(r"^  cache_root +/home/ci  \[remembered\]$", again.stdout, re.M), again.stdout
     e2e = _with(bridge)
     assert e2e["with"]["cache_root"] == "/home/ci" and e2e["with"]["image_repository"] == "ghcr.io/nvidia/verl-e2e"
     assert e2e["secrets"]["registry_token"] == "${{ secrets.NGC_TOKEN }}"
@@ -221,19 +230,25 @@ def test_plan_refuses_a_model_that_is_not_a_checkpoint_id(subproc) -> None:
 def test_settings_kept_in_repository_variables_and_secret_expressions(bridge: Path) -> None:
     """Bridge keeps its runner labels in `vars`: the expression is written in for the workflow to read."""
     done = _install(bridge, "--runners", "${{ vars.GPU_RUNNERS }}", "--image-runner", "${{ vars.DOCKER_RUNNER }}",
+                    "--warmup-runner", '["self-hosted", "${{ vars.WARMUP_LABEL }}"]',
                     "--base-image", "${{ vars.VERL_BASE_IMAGE }}", "--cache-root", "${{ vars.CI_CACHE }}",
                     "--gpu-budget", "${{ vars.VERL_E2E_BUDGET }}",
                     "--hf-token-secret", "${{ secrets.BRIDGE_HF_TOKEN }}")  # fmt: skip
     assert done.returncode == 0, done.stderr
     e2e = _with(bridge)
-    assert e2e["with"]["runners"] == "${{ vars.GPU_RUNNERS }}"
-    assert e2e["with"]["image_runner"] == "${{ vars.DOCKER_RUNNER }}"
+    # an unset variable reaches the plan as a sentence it refuses, never as "" (matrix.yaml's generic labels)
+    assert e2e["with"]["runners"] == "${{ vars.GPU_RUNNERS || 'the repository variable GPU_RUNNERS is empty' }}"
+    assert e2e["with"]["image_runner"] == '["${{ vars.DOCKER_RUNNER }}"]'  # a variable holds one label
     assert (
         e2e["with"]["base_image"] == "${{ vars.VERL_BASE_IMAGE }}"
         and e2e["with"]["gpu_budget"] == "${{ vars.VERL_E2E_BUDGET }}"
     )
     warmup = (bridge / ".github/workflows/verl-e2e-warmup.yml").read_text()
     assert "${{ secrets.BRIDGE_HF_TOKEN }}" in warmup  # the name taken from the expression
+    assert json.loads(_with(bridge, "verl-e2e-warmup.yml", "warmup")["with"]["runner"]) == [
+        "self-hosted",
+        "${{ vars.WARMUP_LABEL }}",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -243,7 +258,7 @@ def test_settings_kept_in_repository_variables_and_secret_expressions(bridge: Pa
         ("--gpu-budget", "lots", "expected whole GPU-minutes"),
         ("--base-image", "not an image!", "expected an image reference"),
         ("--hf-token-secret", "${{ vars.TOKEN }}", "expected a secret name"),
-        ("--runners", "${{ github.event.comment.body }}", "expected JSON"),  # only vars are read this way
+        ("--runners", "${{ github.event.comment.body }}", "only repository variables"),  # text a PR author writes
     ],
 )
 def test_installer_refuses_settings_that_cannot_work(bridge: Path, flag: str, value: str, says: str) -> None:
@@ -266,7 +281,7 @@ def test_a_base_image_and_budget_reach_the_reusable_workflow(bridge: Path) -> No
 
 
 def test_the_scheduled_caller_runs_every_familys_level0_and_keeps_a_tracking_issue(bridge: Path) -> None:
-    assert _install(bridge).returncode == 0
+    assert _install(bridge, "--replace-weekly").returncode == 0
     doc = yaml.safe_load((bridge / ".github/workflows/verl-e2e-scheduled.yml").read_text())
     assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # PyYAML reads `on:` as True
     e2e, track = doc["jobs"]["e2e"], doc["jobs"]["track"]

@@ -215,6 +215,7 @@ def test_a_refusal_never_prints_the_current_head() -> None:
 # 9. The installer validates what it keeps and says what changed.
 def _install(bridge: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, str(ROOT / "tools/install_callers.py"), "--bridge", str(bridge), "--sha", "a" * 40]
+    cmd += ["--repository", "NVIDIA-NeMo/verl-e2e", "--runners", '{"2": "gpu-x2", "4": "gpu-x4", "8": "gpu-x8"}']
     return subprocess.run([*cmd, *args], capture_output=True, text=True, check=False)
 
 

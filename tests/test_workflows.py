@@ -34,6 +34,12 @@ def workflows(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             SHA,
             "--repository",
             "verl-e2e/verl-e2e",
+            # Bridge's conventions: runner names and registry from repository variables, the scheduled run
+            "--runners",
+            "${{ vars.RUNNER_PREFIX }}-gpu-x{gpus}",
+            "--registry",
+            "${{ vars.DEFAULT_CONTAINER_REGISTRY }}",
+            "--replace-weekly",
         ],
         check=True,
         capture_output=True,
