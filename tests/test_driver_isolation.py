@@ -1,0 +1,138 @@
+"""The cell driver on a shared node: it stops only what it started, imports what verl imports from
+Bridge before Ray starts, and records what each optimizer step did (real processes, real imports, and
+real torch where the machine has it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "containers"))
+import driver  # noqa: E402 - the cell driver (standard library only)
+import functions  # noqa: E402
+import preflight  # noqa: E402
+
+
+def _sleeper(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+
+
+def test_a_cell_stops_its_own_processes_and_no_one_elses() -> None:
+    ours = _sleeper(dict(os.environ, VERL_E2E_CELL_TOKEN="cell-a"))
+    other_cell = _sleeper(dict(os.environ, VERL_E2E_CELL_TOKEN="cell-b"))
+    unrelated = _sleeper(dict(os.environ))
+    try:
+        time.sleep(0.3)  # the children have exec'd: their environment is readable
+        assert driver.stop_own_processes("cell-a", grace=5) == 0
+        assert ours.wait(timeout=10) != 0
+        time.sleep(0.2)
+        assert other_cell.poll() is None and unrelated.poll() is None
+    finally:
+        for proc in (ours, other_cell, unrelated):
+            proc.kill()
+            proc.wait()
+
+
+def test_hydra_values_that_are_cache_paths_are_translated() -> None:
+    mapping = [("/cache/datasets", "/node/cache/datasets")]
+    arg = "reward.custom_reward_function.path=/cache/datasets/arith/reward.py"
+    assert (
+        driver.translate_arg(arg, mapping) == "reward.custom_reward_function.path=/node/cache/datasets/arith/reward.py"
+    )
+    assert driver.translate_arg("actor_rollout_ref.rollout.enforce_eager=True", mapping).endswith("=True")
+
+
+def _trees(tmp_path: Path, bridge_init: str) -> tuple[Path, Path]:
+    """A Bridge src/ tree and a verl tree whose source imports two Bridge modules."""
+    pkg = tmp_path / "Megatron-Bridge" / "src" / "megatron" / "bridge"
+    (pkg / "peft").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(bridge_init)
+    (pkg / "peft" / "__init__.py").write_text("")
+    (pkg / "peft" / "utils.py").write_text(
+        "from megatron.bridge.utils_missing import str_to_torch_dtype  # renamed upstream\n"
+    )
+    (pkg / "config.py").write_text("import some_optional_dependency\n")
+    verl = tmp_path / "verl" / "verl" / "workers"
+    verl.mkdir(parents=True)
+    (verl / "peft.py").write_text(
+        textwrap.dedent(
+            """
+            def build():
+                from megatron.bridge.peft.utils import create_peft
+                import megatron.bridge.config
+            """
+        )
+    )
+    return tmp_path / "Megatron-Bridge", tmp_path / "verl"
+
+
+def test_the_modules_verl_imports_from_bridge_are_read_from_verls_source(tmp_path: Path) -> None:
+    _, verl = _trees(tmp_path, "")
+    assert preflight.verl_bridge_modules(str(verl)) == [
+        "megatron.bridge",
+        "megatron.bridge.config",
+        "megatron.bridge.peft.utils",
+    ]
+
+
+def test_an_import_time_error_in_bridge_is_found_before_ray(tmp_path: Path) -> None:
+    bridge, verl = _trees(tmp_path, "")
+    src = str(bridge / "src") + "/"
+    results = preflight.import_modules(str(bridge / "src"), preflight.verl_bridge_modules(str(verl)), src, 60)
+    assert results["megatron.bridge"] is None
+    failed = preflight.blocking_import(results)
+    assert failed is not None and failed[0] == "megatron.bridge.peft.utils"
+    err = failed[1]
+    assert err["type"] == "ModuleNotFoundError" and err["in_bridge"]
+    assert err["frames"][-1]["file"].endswith("peft/utils.py") and err["frames"][-1]["line"] == 1
+    # a third-party module missing (an optional dependency of a module only some paths use) is not Bridge's bug
+    assert results["megatron.bridge.config"]["missing_module"] == "some_optional_dependency"
+
+
+def test_an_optional_dependency_alone_does_not_stop_the_cell(tmp_path: Path) -> None:
+    bridge, _ = _trees(tmp_path, "")
+    src = str(bridge / "src") + "/"
+    results = preflight.import_modules(str(bridge / "src"), ["megatron.bridge", "megatron.bridge.config"], src, 60)
+    assert preflight.blocking_import(results) is None
+
+
+def _torch_python() -> str | None:
+    """A Python that has torch: this one, or VERL_E2E_TORCH_PYTHON."""
+    for python in (sys.executable, os.environ.get("VERL_E2E_TORCH_PYTHON", "")):
+        if python and subprocess.run([python, "-c", "import torch"], capture_output=True, check=False).returncode == 0:
+            return python
+    return None
+
+
+def test_the_probe_records_what_each_optimizer_step_did(tmp_path: Path) -> None:
+    python = _torch_python()
+    if python is None:
+        pytest.skip("torch is not installed here: `pip install torch==2.13.0` (CPU) or set VERL_E2E_TORCH_PYTHON")
+    script = textwrap.dedent(
+        """
+        import torch
+        trained, frozen = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        opts = [torch.optim.AdamW(trained.parameters(), lr=1e-2), torch.optim.AdamW(frozen.parameters(), lr=0.0)]
+        for _ in range(3):
+            (trained(torch.randn(4, 8)).sum() + frozen(torch.randn(4, 8)).sum()).backward()
+            for opt in opts:
+                opt.step()
+                opt.zero_grad()
+        """
+    )
+    trace = tmp_path / "trace" / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "containers" / "probe"), VERL_E2E_TRACE_DIR=str(trace))
+    subprocess.run([python, "-c", script], env=env, check=True, capture_output=True)
+    assert functions.merge_updates(tmp_path / "trace", tmp_path / "updates.json") == 6
+    steps = json.loads((tmp_path / "updates.json").read_text())["steps"]
+    moved = {s["optimizer"]: s["update_norm"] for s in steps if s["step"] == 3}
+    assert moved[1] > 0 and moved[2] == 0.0
+    assert {s["phase"] for s in steps} == {"run"} and all(s["grad_norm"] > 0 for s in steps)
