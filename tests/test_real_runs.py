@@ -221,12 +221,14 @@ def test_our_nan_scaling_mutation_fails_level0_though_every_phase_exited_0(tmp_p
 def test_our_export_name_mutation_fails_once_the_plan_names_what_it_wrote(tmp_path: Path) -> None:
     """tools/mutate_bridge.py export-name: a mapping's HF name mistyped. Bridge's import skipped the two
     down_proj weights with a warning and the run passed on an initialised MLP (verdict.json as the run
-    left it: the plan of the time recorded no names). Re-planned from mutation.diff by today's plan
-    stage, the change names "model.layers.*.mlp.down_proj.weights", and the cell fails naming both."""
+    left it: the plan of the time recorded no names). Re-judged as left, the rollout-vs-trainer check
+    fails it (the rollout engine read the real down_proj from disk, the trainer an initialised one);
+    re-planned from mutation.diff by today's plan stage, the change names
+    "model.layers.*.mlp.down_proj.weights", and the cell fails naming both."""
     run = OURS / "16-pass-level0-mutation-export-name-missed"
     assert json.loads((run / "verdict.json").read_text())["result"] == "Pass"
     as_left = _judge(run, tmp_path / "as-left")
-    assert as_left.result == "Pass"  # without the names, a skipped weight is a limitation only
+    assert (as_left.result, as_left.failure_class) == ("Fail", "rollout_weights"), as_left.headline
     assert any("model.layers.0.mlp.down_proj.weights" in x for x in as_left.limitations)
     diff = (run / "mutation.diff").read_text()
     files = with_diff(files_from_diff(parse_unified_diff(diff)), parse_unified_diff(diff))

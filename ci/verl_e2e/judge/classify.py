@@ -2,9 +2,13 @@
 
 The skill's rule decides what a failure means: a run that stopped because of data, the reward
 model, Ray, vLLM, dependencies, disk or the cluster is Blocked (setup), not evidence against the
-provider. So the class is read in this order:
-  1. a signature that matches the root exception itself (APEX, attention backend, OOM, NCCL, ...);
-  2. a missing module anywhere on the root path is the environment (setup);
+provider; nor is a run someone interrupted. So the class is read in this order:
+  1. a signature that matches the root exception itself (APEX, attention backend, OOM, NCCL, a config
+     key not in the schema, ...);
+  2. a root exception whose type or text is its cause wherever it surfaced (`causes`): a missing module
+     or an undefined symbol in a compiled extension (setup), an omegaconf/Hydra schema error or a verl
+     config dataclass refusing a keyword while Hydra builds it (setup, the key named), a cancelled task
+     or an interrupting signal (interrupted);
   3. any other environment or resource signature seen in the log (Ray GCS, disk, OOM killer), unless
      the root exception is a real one raised in a frame with a known role (a line from a cleanup
      elsewhere in the log must not turn a provider's TypeError into Blocked); a messenger exception
@@ -12,8 +16,10 @@ provider. So the class is read in this order:
      signature still does;
   4. the innermost verl/Bridge frame of the root traceback with a known role: checkpoint save,
      checkpoint load, model/provider construction (incl. LoRA wrapping), configuration, data,
-     tokenizer, rollout engine start, or a training step;
-  5. then the exception type (config errors, missing files) and finally `runtime`.
+     tokenizer, rollout engine start, or a training step. Bridge code known only by its path, and
+     Bridge's HF weight import, take their caller's role: the import at model build is model build,
+     the same import under verl's checkpoint manager is a checkpoint load;
+  5. then the exception type (missing files, failed imports) and finally `runtime`.
 Pure: takes the collected facts, returns (class, signature, line, hint).
 """
 
@@ -23,12 +29,15 @@ import re
 from collections.abc import Mapping, Sequence
 
 from verl_e2e.config.signatures import Signature
+from verl_e2e.judge import causes
 from verl_e2e.judge.tracebacks import Block
 
 SAVE = frozenset(
     {"save_checkpoint", "_save_checkpoint", "save_hf_weights", "save_hf_pretrained", "save_hf_model", "_save_hf"}
 )
-LOAD = frozenset({"load_checkpoint", "_load_checkpoint", "load_hf_weights", "_load_from_checkpoint"})
+# Bridge's `load_hf_weights` is not here: verl calls it both to build the model and from its checkpoint
+# manager; which of the two it was is read from the frames around it (`_outer_role`)
+LOAD = frozenset({"load_checkpoint", "_load_checkpoint", "_load_from_checkpoint"})
 MODEL_BUILD = frozenset(
     {
         "init_model",
@@ -95,6 +104,7 @@ CONFIG_TYPES = frozenset(
         "InterpolationResolutionError",
         "ConfigTypeError",
         "OverrideParseException",
+        "InstantiationException",  # Hydra's wrapper when a verl config's constructor refuses its YAML
     }
 )
 # exceptions that only report another process's end: the cause is elsewhere in the log
@@ -128,7 +138,6 @@ HINTS = {
     "checkpoint_save": "rerun with SAVE_FREQ=-1 to separate construction from checkpointing",
     "checkpoint_load": "rerun Level 1 to separate saving from loading; compare the saved layout",
     "model_build": "check the provider is finalized with verl's mpu parallel sizes (and the LoRA target modules)",
-    "missing": "a module is missing or mismatched in the image; install it, then rerun",
 }
 
 Hit = tuple[str, str]  # (signature name, line)
@@ -140,7 +149,7 @@ def frame_role(func: str, path: str) -> str | None:
         return "save"
     if func in LOAD or (func.startswith("load") and "checkpoint" in func):
         return "load"
-    if func in MODEL_BUILD:
+    if func in MODEL_BUILD or (func in causes.WEIGHT_IMPORT and "/mbridge/" in path):
         return "model_build"
     if func in CONFIG_FUNCS:
         return "config"
@@ -156,35 +165,33 @@ def root_role(block: Block | None) -> str | None:
     if block is None:
         return None
     rollout = False
-    for func, path in reversed(block.frames):
+    for at in range(len(block.frames) - 1, -1, -1):
+        func, path = block.frames[at]
         role = frame_role(func, path)
         if role == "rollout":
             rollout = True
             continue
         if role is not None:
-            if role == "model_build" and _bridge_code(func, path):
-                # Bridge model/PEFT code a checkpoint save or load called (the adapter filter at save)
-                # belongs to that save or load, not to model construction
-                outer = _outer_checkpoint_role(block, func, path)
-                if outer is not None:
-                    return outer
+            if _borrowed(func, path):
+                role = _outer_role(block.frames[:at]) or role
             return "rollout" if rollout and role not in ("training", "save", "load") else role
     return "rollout" if rollout else None
 
 
-def _bridge_code(func: str, path: str) -> bool:
-    """A frame whose role comes only from its Bridge path (models/ or peft/), not its name."""
-    return func not in MODEL_BUILD and any(part in path for part, role in PATH_ROLES if role == "model_build")
+def _borrowed(func: str, path: str) -> bool:
+    """A frame whose role is its caller's: Bridge model/PEFT code known only by its path (the adapter
+    filter a save calls, an adapter's forward in a training step), or an HF weight import (at model
+    build, or from the checkpoint manager's load)."""
+    bridge = any(part in path for part, role in PATH_ROLES if role == "model_build")
+    return (bridge or "/mbridge/" in path) and (func not in MODEL_BUILD or func in causes.WEIGHT_IMPORT)
 
 
-def _outer_checkpoint_role(block: Block, func: str, path: str) -> str | None:
-    frames = block.frames[: block.frames.index((func, path))]
-    for f, p in reversed(frames):
-        role = frame_role(f, p)
-        if role in ("save", "load"):
+def _outer_role(frames: list[tuple[str, str]]) -> str | None:
+    """The role of the nearest caller that names its own (save, load, model build, training step)."""
+    for func, path in reversed(frames):
+        role = frame_role(func, path)
+        if role in ("save", "load", "model_build", "training") and not _borrowed(func, path):
             return role
-        if role in ("model_build", "training"):
-            return None
     return None
 
 
@@ -201,20 +208,22 @@ def classify(
 ) -> tuple[str, str | None, str | None, str | None]:
     """(failure class, signature name, signature line, hint) of a log's collected facts."""
     text = f"{exception['type']}: {exception['message']}" if exception else ""
+    texts = [text, *hits.values()]
     for sig in signatures:  # 1. the root exception names its own cause
         if text and sig.failure_class != "runtime" and sig.needle in text and sig.regex.search(text):
-            return sig.failure_class, sig.name, text[:500], sig.hint
-    if exception and (exception["type"] == "ModuleNotFoundError" or MISSING_MODULE.search(exception["message"])):
-        return "setup", None, None, HINTS["missing"]  # 2.
+            return sig.failure_class, sig.name, text[:500], _hint(sig, text, texts)
+    named = _named(root, exception, hits, texts, interrupted)  # 2. formats that name their cause
+    if named is not None:
+        return named
     role = root_role(root)
     messenger = exception is None or exception["type"] in MESSENGERS or role is None
     for sig in signatures if messenger else ():  # 3.
         if sig.failure_class != "runtime" and sig.name in hits:
-            return sig.failure_class, sig.name, hits[sig.name], sig.hint
-    if interrupted and exception is None:
-        return "interrupted", None, None, "the run was interrupted (Ctrl-C or a cancelled job); rerun it"
+            return sig.failure_class, sig.name, hits[sig.name], _hint(sig, hits[sig.name], texts)
+    if interrupted and (exception is None or exception["type"] in MESSENGERS):
+        return "interrupted", None, None, causes.interrupt_hint(causes.INTERRUPTS["KeyboardInterrupt"])
     if exception is not None or root is not None or failed:
-        return _by_role(role, exception)
+        return _by_role(role, exception, root)
     weak = [s for s in signatures if s.failure_class == "runtime" and s.name in hits]
     if weak and not finished:
         return "runtime", weak[0].name, hits[weak[0].name], weak[0].hint
@@ -223,18 +232,51 @@ def classify(
     return "none", None, None, None
 
 
-def _by_role(role: str | None, exception: Mapping[str, str] | None) -> tuple[str, None, None, str | None]:
+def _hint(sig: Signature, line: str, texts: list[str]) -> str:
+    """A signature's hint; an interrupt names its signal, a config error its key."""
+    if sig.failure_class == "interrupted":
+        return causes.interrupt_hint(causes.interrupted_by(line))
+    return causes.fill(sig.hint, texts)
+
+
+def _named(
+    root: Block | None,
+    exception: Mapping[str, str] | None,
+    hits: Mapping[str, str],
+    texts: list[str],
+    interrupted: bool,
+) -> tuple[str, None, None, str] | None:
+    """Root exceptions whose type or text is the cause wherever they surface: a missing module or
+    symbol, a key verl's config schema rejects, an interrupt."""
+    if exception is None:
+        return None
+    if exception["type"] == "ModuleNotFoundError" or MISSING_MODULE.search(exception["message"]):
+        return "setup", None, None, causes.missing_hint(exception["message"])
+    if exception["type"] in CONFIG_TYPES or causes.is_config_schema(exception, root):
+        return "setup", None, None, causes.config_hint(causes.config_key(texts))
+    if exception["type"] in causes.INTERRUPTS or exception["type"] == "SignalException":
+        cause = causes.interrupt(exception, hits, interrupted)
+        return ("interrupted", None, None, causes.interrupt_hint(cause)) if cause else None
+    return None
+
+
+def _by_role(
+    role: str | None, exception: Mapping[str, str] | None, root: Block | None
+) -> tuple[str, None, None, str | None]:
     etype = exception["type"] if exception else ""
     if role in CLASS_OF_ROLE and not (etype == "FileNotFoundError" and role in ("model_build", "training")):
-        if etype == "ImportError" and role != "model_build":
-            return "setup", None, None, HINTS["missing"]
+        if etype == "ImportError" and role != "model_build" and exception is not None:
+            return "setup", None, None, causes.missing_hint(exception["message"])
         klass = CLASS_OF_ROLE[role]
+        if klass == "model_build" and etype == "ImportError" and exception is not None:
+            return klass, None, None, causes.import_hint(exception["message"])
+        if klass == "model_build" and causes.weight_import(root):
+            return klass, None, None, causes.WEIGHTS_HINT
         return klass, None, None, HINTS.get(klass)
     if role in SETUP_ROLES:
         return "setup", None, None, f"{SETUP_ROLES[role]}; fix the runner environment or the cell's settings"
-    if etype in CONFIG_TYPES:
-        return "setup", None, None, "the configuration was rejected; check the cell's Hydra overrides"
-    if etype in ("ImportError", "FileNotFoundError"):
-        what = "a data or model file is missing; run the cache warm-up" if etype == "FileNotFoundError" else None
-        return "setup", None, None, what or HINTS["missing"]
+    if etype == "FileNotFoundError":
+        return "setup", None, None, "a data or model file is missing; run the cache warm-up"
+    if etype == "ImportError" and exception is not None:
+        return "setup", None, None, causes.missing_hint(exception["message"])
     return "runtime", None, None, None

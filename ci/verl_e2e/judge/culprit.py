@@ -9,13 +9,15 @@ the failure travelled ("raised in Megatron-Core, called from verl's unwrap_model
 frame"), and the advice follows the owners on the path: a Bridge provider
 hint only where a Bridge provider frame is on it, a LoRA hint only for Bridge PEFT frames, and a
 verl/Megatron-Core compatibility reading where no Bridge frame is on the failing path at all.
-No hint is better than a wrong one. Pure: takes a traceback block, returns dicts.
+No hint is better than a wrong one, and a cause the classifier named from the exception (an import,
+the weight import) outranks any reading of owners. Pure: takes a traceback block, returns dicts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from verl_e2e.judge.classify import HINTS
 from verl_e2e.judge.tracebacks import Block
 
 BRIDGE, VERL, MCORE = "Megatron-Bridge", "verl", "Megatron-Core"
@@ -30,6 +32,7 @@ OWNERS = (
     ("torch", ("/torch/",)),
     (VERL, ("/verl/",)),
 )
+MAX_FRAMES = 60
 PRIORITY = (BRIDGE, VERL, MCORE, "mbridge", "Transformer Engine", "vLLM", "Ray", "torch", "other")
 # where a path is shown from (repository- or package-relative), per owner
 SHOWN_FROM = {BRIDGE: ("/src/megatron/bridge/", "/megatron/bridge/"), MCORE: ("/megatron/core/", "/megatron/")}
@@ -115,12 +118,14 @@ def locate(block: Block | None) -> dict[str, Any] | None:
         "owners": [o for o in PRIORITY if o in present],
         "chain": chain,
         "bridge_frames": [f for f in reversed(inner) if f["owner"] == BRIDGE][-5:],
+        "frames": path[-MAX_FRAMES:],  # the whole root traceback: which modules and classes it ran in
     }
 
 
 def hint(failure_class: str, found: str | None, located: dict[str, Any] | None) -> str | None:
-    """The classifier's hint, kept only where its owner is on the failing path."""
-    if failure_class != "model_build" or located is None:
+    """The classifier's hint, kept only where its owner is on the failing path; a cause the classifier
+    named (a failed import, Bridge's weight import) is kept as it is."""
+    if failure_class != "model_build" or located is None or found not in (None, HINTS["model_build"]):
         return found
     bridge = [f["path"] for f in located["bridge_frames"]]
     if any("/peft/" in p for p in bridge):

@@ -23,7 +23,7 @@ from verl_e2e.plan.cells import Cell
 
 Result = Literal["Pass", "Fail", "Blocked"]
 DeliverableResult = Literal["Pass", "Fail", "Skipped", "Not requested"]
-CLUSTER_AT_SETUP = frozenset({"nccl", "oom", "hang", "interrupted"})  # before model build: the cluster, not Bridge
+CLUSTER_AT_SETUP = frozenset({"nccl", "oom", "hang"})  # before model build: the cluster, not Bridge
 TRIAGE = {
     "model_build": "check that the provider is finalized with verl's mpu parallel sizes (TP/PP/CP/EP)",
     "checkpoint_save": "rerun with SAVE_FREQ=-1 to separate model construction from checkpointing",
@@ -151,8 +151,9 @@ def _outcome(  # noqa: PLR0917 - one call site, every argument a different recor
         return _Outcome("Fail", why if exit_code is not None else "the cell did not run", "did_not_run", None)
     if failure_class == "setup":
         return _Outcome("Blocked", "stopped by the environment, not by the provider", failure_class, failed_phase)
-    if failure_class in CLUSTER_AT_SETUP and stage in ("empty", "setup"):
-        reason = f"{failure_class} before Bridge model construction (cluster setup)"
+    if failure_class == "interrupted" or (failure_class in CLUSTER_AT_SETUP and stage in ("empty", "setup")):
+        when = ", not stopped by the PR's code" if failure_class == "interrupted" else ""  # at any stage
+        reason = f"{failure_class}{when or ' before Bridge model construction (cluster setup)'}"
         return _Outcome("Blocked", reason, failure_class, failed_phase)
     if any(c.result == "Fail" for c in checks) or failure_class != "none":
         return _Outcome("Fail", "", failure_class, failed_phase)
