@@ -10,7 +10,7 @@ from markdown_it import MarkdownIt
 from verl_e2e.config.matrix import Matrix
 from verl_e2e.github.client import ForbiddenError, GitHubClient, RateLimitError, UnprocessableError
 from verl_e2e.judge.verdict import Check, Deliverable, Verdict
-from verl_e2e.report.comment import LIMIT, MARKER, Context, check_run, marker, render
+from verl_e2e.report.comment import CHECK_SUMMARY_LIMIT, LIMIT, MARKER, Context, check_run, marker, render
 from verl_e2e.report.publish import TRACKING_LABEL, PublishOptions, publish, upsert_comment
 
 from . import verl_log as V
@@ -204,10 +204,13 @@ def test_comment_markdown_structure() -> None:
     cells = [t.content for t in tokens if t.type == "inline" and "L1-save-resume-qwen" in t.content]
     assert cells and "❌ Fail" in "".join(t.content for t in tokens if t.type == "inline")
     html = "".join(t.content for t in tokens if t.type == "html_block")
-    assert html.count("<details>") == len(verdicts) + 1  # one per cell + "Levels not run"
+    # the failing cell's block and the limitations said once: passing cells have no block
+    assert html.count("<details>") == 2
     first_details = html.index("<details>")
     assert "L1-save-resume-qwen" in html[first_details : first_details + 200]  # failures first
-    assert "/verl-e2e level=5" in text
+    assert "L0-lora-ddp-f0" not in html
+    assert text.count("no convergence claim") == 1  # four cells carry it; said once
+    assert "**Levels not run:** 5 (the plan's reasons are in the job summary)." in text
 
 
 def test_300_cells_stay_under_the_limit_and_keep_failures() -> None:
@@ -215,10 +218,19 @@ def test_300_cells_stay_under_the_limit_and_keep_failures() -> None:
     text = render(verdicts, Context(repo=REPO, pr=1, sha="f" * 40))
     assert len(text) <= LIMIT
     assert text.startswith(MARKER + "\n## ❌ verl-e2e: Fail (300 cells: 270 pass, 30 fail)")
-    assert text.count("<summary>❌") == 30  # every failure keeps its details
-    assert "passing cell(s) left out" in text
+    assert text.count("<summary>❌") == 30  # every failure keeps its block
     tokens = _markdown(text)
     assert sum(t.type == "tr_open" for t in tokens) == 301
+    summary = check_run(verdicts, Context(repo=REPO, pr=1, sha="f" * 40))["output"]["summary"]
+    assert len(summary) <= CHECK_SUMMARY_LIMIT and summary.count("<summary>❌") == 30
+    assert "passing cell(s) left out" in summary  # 270 passing cells in full do not fit a check run
+
+
+def test_a_failing_block_is_dropped_before_the_limit_is_broken() -> None:
+    verdicts = [verdict(f"L1-v-f{i}", "Fail", 1) for i in range(400)]
+    text = render(verdicts, Context(repo=REPO, pr=1, sha="f" * 40))
+    assert len(text) <= LIMIT and "failing cell(s) left out to fit" in text
+    assert sum(t.type == "tr_open" for t in _markdown(text)) == 401  # every row stays
 
 
 def test_report_cli_end_to_end(spec: Spec, tmp_path: Path, matrix: Matrix, cli) -> None:

@@ -33,7 +33,7 @@ HEAD, BASE = "1" * 40, "2" * 40
 
 @pytest.fixture(scope="session")
 def examples() -> dict[str, list[dict]]:
-    path = prepared(EXAMPLES, "GitHub's webhook examples (npm @octokit/webhooks-examples)")
+    path = prepared(EXAMPLES, "GitHub's webhook examples (npm @octokit/webhooks-examples)", "webhooks")
     return {e["name"]: e["examples"] for e in json.loads(path.read_text())}
 
 
@@ -131,7 +131,11 @@ def test_accepted_comment(examples: dict, spec: Spec) -> None:
     ("body", "fork", "message"),
     [
         (f"/verl-e2e sha={'3' * 40}", False, "the PR head is now 111111111111"),
-        ("/verl-e2e level=1", True, "comes from a fork: name the commit you reviewed, `/verl-e2e sha=<the full SHA you reviewed>`"),
+        (
+            "/verl-e2e level=1",
+            True,
+            "comes from a fork: name the commit you reviewed, `/verl-e2e sha=<the full SHA you reviewed>`",
+        ),
         ("/verl-e2e level=9", False, "is not valid"),
     ],
     ids=["named-sha-is-stale", "fork-needs-sha", "malformed-from-a-writer"],
@@ -190,7 +194,8 @@ def test_pull_request_events(examples: dict) -> None:
     assert same.run and not same.fork and same.head_sha == event["pull_request"]["head"]["sha"]
     event["pull_request"]["head"]["repo"]["full_name"] = "someone/fork"
     fork = from_pull_request(event, same_repo_prs=True)
-    assert fork.plan and not fork.run and fork.fork and "/ok to test" in fork.reason and "sha=" in fork.reason
+    assert fork.plan and not fork.run and fork.fork and "/ok to test <full SHA>" in fork.reason
+    assert "sha=<full SHA>" in fork.reason and event["pull_request"]["head"]["sha"] not in fork.reason  # no approval
     event["pull_request"]["draft"] = True
     assert not from_pull_request(event).plan
 
@@ -239,7 +244,9 @@ def test_fork_notice_checks_the_artifact_against_the_api(spec: Spec, cli, tmp_pa
         env = {"GITHUB_API_URL": url, "GITHUB_TOKEN": "t", "GITHUB_REPOSITORY": "Codertocat/Hello-World"}
         notice.write_text(json.dumps({"pr": "1", "head_sha": HEAD}))
         ok = cli("fork-notice", str(notice), "--head-sha", HEAD, env=env)
-        assert ok.code == 0 and f"sha={HEAD}" in state.comments[1][0]["body"]
+        body = state.comments[1][0]["body"]
+        assert ok.code == 0 and "`/verl-e2e sha=<the full SHA of the commit you reviewed>`" in body
+        assert HEAD not in body  # never a ready-to-paste approval of the newest, unreviewed push
         notice.write_text(json.dumps({"pr": "1; rm -rf /", "head_sha": HEAD}))
         bad = cli("fork-notice", str(notice), "--head-sha", HEAD, env=env)
         assert bad.code == 2 and "nothing posted" in bad.err

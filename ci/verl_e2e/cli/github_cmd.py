@@ -28,7 +28,7 @@ from verl_e2e.github.trigger import (
 )
 from verl_e2e.judge.judging import judge_run_dir
 from verl_e2e.plan.contract import append_outputs
-from verl_e2e.report.comment import fork_notice, refusal
+from verl_e2e.report.notices import fork_notice, refusal
 from verl_e2e.report.publish import upsert_comment
 from verl_e2e.report.regression import compare
 from verl_e2e.report.reporting import ReportRequest, report

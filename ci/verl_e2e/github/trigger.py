@@ -161,8 +161,9 @@ def from_pull_request(event: Mapping[str, Any], same_repo_prs: bool = False) -> 
             plan=True,
             fork=True,
             reason=(
-                f"pull request from the fork {head_repo or '(deleted)'}: no GPU run until a maintainer vets the "
-                f"head (`/ok to test {pr['head']['sha']}` for copy-pr-bot, or `{COMMAND} sha={pr['head']['sha']}`)"
+                f"pull request from the fork {head_repo or '(deleted)'}: no GPU run until a maintainer reviews it and "
+                f"names the commit they reviewed (`/ok to test <full SHA>` for copy-pr-bot, or `{COMMAND} "
+                "sha=<full SHA>`)"
             ),
             **base,
         )

@@ -1,5 +1,8 @@
 """Publish a report: the sticky PR comment, the job summary, the aggregate check, a merged JUnit file.
 
+The comment is the one-screen view; the job summary and the check run hold every cell in full, so
+what the comment leaves out is one click away (the comment links the run) and never lost.
+
 All GitHub I/O goes through one GitHubClient. The comment is found by its marker and edited in
 place (never a second one), and left alone when its text is unchanged. Where check runs are not
 allowed (a token without `checks: write`), a commit status carries the same conclusion.
@@ -18,6 +21,7 @@ from verl_e2e.judge import junit
 from verl_e2e.judge.verdict import Verdict
 from verl_e2e.report import comment as report
 from verl_e2e.report.comment import Context
+from verl_e2e.report.fullsummary import render_full
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ def publish(
     done: dict[str, Any] = {"result": report.overall(verdicts, ctx)}
     if opts.summary is not None:
         with opts.summary.open("a", encoding="utf-8") as fh:
-            fh.write(report.render(verdicts, ctx, with_marker=False))
+            fh.write(render_full(verdicts, ctx))  # the comment's top and every cell in full
         done["summary"] = str(opts.summary)
     if opts.junit is not None:
         opts.junit.write_text(junit.render(verdicts), encoding="utf-8")
