@@ -445,7 +445,8 @@ def test_workflow_run_publishes_the_fork_notice(world: dict) -> None:
         assert proc.returncode == 0, proc.stdout[-4000:]
         assert jobs(proc) == {"fork notice": "succeeded"}
         body = state.comments[7][0]["body"]
-        assert "waiting for a maintainer" in body and f"/verl-e2e sha={world['head']}" in body
+        assert "waiting for a maintainer" in body and "sha=<the full SHA of the commit you reviewed>" in body
+        assert world["head"] not in body  # no ready-to-paste approval of a commit nobody reviewed yet
         assert state.violations == []
 
 
