@@ -32,6 +32,20 @@ from verl_e2e.judge.evidence import Evidence
 # 6.58e-4); a tiny random MoE to ~5e-3 (2 runs: routing flips between vLLM and Megatron-Core); a
 # mapping that left two MLP weights at their initial values gave 9.7e-3 on the dense model.
 K3_KL_LIMIT = {"dense": 4e-3, "moe": 2.5e-2}
+# a failed check with no exception behind it names the failure class (the first one listed wins)
+CHECK_CLASS = {
+    "update_nonzero": "no_update",
+    "rollout_matches_trainer": "rollout_weights",
+    "learning_signal": "no_learning",
+}
+ADVICE = {
+    "no_update": "nothing trained moved: check that gradients reach the adapters (their forward output and graph) "
+    "and that the optimizer's step size reaches them (updates.json has every step's norms)",
+    "rollout_weights": "the weights sent to the rollout differ from the trained ones: check the Megatron->HF export "
+    "mappings this PR changed (names, split order, transposes) against the HF model",
+    "no_learning": "the reward did not rise beyond its noise: compare with the merge base's Level 5 run; check "
+    "the loss, optimizer and adapter code this PR changed",
+}
 MIN_T = 2.0  # one-sided, about p < 0.03 at the 20+ points a Level 5 run logs
 MIN_POINTS = 8
 

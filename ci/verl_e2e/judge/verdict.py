@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from verl_e2e.judge import weights
+from verl_e2e.judge import training, weights
 from verl_e2e.judge.blame import Changes, compatibility_follow_up, culprit_phrase, megatron_limitation, megatron_source
 from verl_e2e.judge.checks import Check, bridge_import, build_checks
 from verl_e2e.judge.evidence import Evidence
@@ -38,18 +38,7 @@ TRIAGE = {
     "killed": "a process was killed with SIGKILL and no out-of-memory line says why; check the host's kernel log",
     "did_not_run": "the cell never reached verl's wrapper; read driver.log in the run dir",
     "harness": "the cell harness failed; read driver.log in the run dir and report it to verl-e2e",
-    "no_update": "nothing trained moved: check that gradients reach the adapters (their forward output and graph) "
-    "and that the optimizer's step size reaches them (updates.json has every step's norms)",
-    "rollout_weights": "the weights sent to the rollout differ from the trained ones: check the Megatron->HF export "
-    "mappings this PR changed (names, split order, transposes) against the HF model",
-    "no_learning": "the reward did not rise beyond its noise: compare with the merge base's Level 5 run; check "
-    "the loss, optimizer and adapter code this PR changed",
-}
-# a failed check with no exception behind it names the failure (first one listed wins)
-CHECK_CLASS = {
-    "update_nonzero": "no_update",
-    "rollout_matches_trainer": "rollout_weights",
-    "learning_signal": "no_learning",
+    **training.ADVICE,
 }
 
 
@@ -304,8 +293,9 @@ def judge(
     if loaded and out.result == "Fail" and out.failure_class == "none":  # the change's names: a build problem
         out = replace(out, failure_class="model_build")
     if out.result == "Fail" and out.failure_class == "none":  # no exception: the first failed training check names it
-        failed = next((CHECK_CLASS[c.name] for c in checks if c.result == "Fail" and c.name in CHECK_CLASS), None)
-        out = replace(out, failure_class=failed or "none")
+        named = training.CHECK_CLASS
+        failed = next((named[c.name] for c in checks if c.result == "Fail" and c.name in named), "none")
+        out = replace(out, failure_class=failed)
     command = reproduce(phases) or next((ev.command for ev in evidences.values() if ev.command), None)
     durations = [p.duration_s for p in phases if p.duration_s is not None]
     return Verdict(
