@@ -360,7 +360,7 @@ def run_phases(
     args: argparse.Namespace, cell: dict, rec: Recorder, env0: dict, extra: list[str], pythonpath: str
 ) -> None:
     ckpt_root = args.work / "checkpoints"
-    mapping = [tuple(m.split("=", 1)) for m in args.map]
+    mapping = [*rec.arg_paths, *(tuple(m.split("=", 1)) for m in args.map)]
     listing: dict = {}
     for index, phase in enumerate(cell["phases"]):
         env = dict(env0)

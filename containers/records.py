@@ -36,6 +36,7 @@ class Recorder:
         self.provenance: dict = {"steps": [], "limitations": [], "commands": []}
         self.overrides: dict = {}  # env values the driver decided (dummy model paths)
         self.token = uuid.uuid4().hex  # marks the processes this cell starts (driver.stop_own_processes)
+        self.arg_paths: list[tuple[str, str]] = []  # cache dirs the driver replaced with a made copy
         self.phases = [{"name": p["name"], "log": f"{p['name']}.log", "status": "not_run"} for p in cell["phases"]]
         self.save()
 
@@ -43,7 +44,7 @@ class Recorder:
     def reopen(cls, out: Path) -> Recorder:
         """The records a crashed run left, to add its setup failure to (a fresh one if unreadable)."""
         rec = cls.__new__(cls)
-        rec.out, rec.overrides, rec.token = out, {}, uuid.uuid4().hex
+        rec.out, rec.overrides, rec.token, rec.arg_paths = out, {}, uuid.uuid4().hex, []
         try:
             rec.provenance = json.loads((out / "provenance.json").read_text())
             rec.phases = json.loads((out / "phases.json").read_text())
