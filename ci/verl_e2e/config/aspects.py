@@ -85,7 +85,7 @@ def code_lines(lines: Iterable[str]) -> list[str]:
 class Hit:
     aspect: Aspect
     term: str  # the first text the pattern matched, quoted in the plan
-    where: str  # "changed lines" or "scope NAME"
+    where: str  # what follows "in the" in a reason: "changed lines" or "name of SCOPE, which encloses the change"
 
 
 class _Sets:
@@ -153,5 +153,5 @@ def find(aspects: Sequence[Aspect], path: str, lines: Iterable[str], scopes: Seq
         m = aspect.pattern.search(names)
         if m:
             scope = names[names.rfind("\n", 0, m.start()) + 1 : (names.find("\n", m.end()) + 1 or len(names) + 1) - 1]
-            hits.append(Hit(aspect, m.group(0), f"in {scope}"))
+            hits.append(Hit(aspect, m.group(0), f"name of {scope}, which encloses the change"))
     return hits

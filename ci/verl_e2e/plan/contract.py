@@ -66,11 +66,19 @@ def _paths(paths: tuple[str, ...]) -> str:
 
 
 def _kind(rule: str, matrix: Matrix) -> str:
-    """Name an escalation as such, so the text never passes one off as a path rule."""
-    return "escalation " if any(e.name == rule for e in matrix.escalations) else ""
+    """What chose a level, named as what it is: a path rule, an escalation (never passed off as a
+    path rule), an aspect of the diff, or the planner's own reason (executed code, architecture)."""
+    if any(e.name == rule for e in matrix.escalations):
+        return f"escalation {rule}"
+    if rule.startswith("aspect:"):
+        return f"aspect {rule.removeprefix('aspect:')}"
+    return f"rule {rule}" if any(r.name == rule for r in matrix.rules) else rule
 
 
 def render_text(plan: Plan, matrix: Matrix) -> str:
+    """The plan as a person reads it in a terminal or a job log: what changed, each selected level
+    with the rule and paths that chose it, the levels skipped and why, and the cells in a table
+    whose units are named (a GPU-minute estimate is not a timeout)."""
     s, ctx = plan.selection, plan.context
     out = [f"verl-e2e plan: {ctx.get('summary', '')}".rstrip()]
     for name, paths in s.ignored.items():
@@ -81,39 +89,49 @@ def render_text(plan: Plan, matrix: Matrix) -> str:
         out.append(f"  {path}: {why}")
     if s.unmatched:
         out.append(f"  on verl's surface, but no rule or aspect matched: {_paths(s.unmatched)}")
-    out.append("")
-    out.append("Selected levels:" if s.levels else "Selected levels: none")
+    out += ["", "Selected levels:" if s.levels else "Selected levels: none"]
     for level in s.levels:
         out.append(f"  Level {level}  {matrix.levels[level].title}")
         for r in s.reasons.get(level, ()):
-            where = f": {_paths(r.paths)}" if r.paths else ""
-            out.append(f"    - {_kind(r.rule, matrix)}{r.rule} [{r.family}]{where}")
+            where = f" ({_paths(r.paths)})" if r.paths else ""
+            out.append(f"    - {_kind(r.rule, matrix)}, family {r.family}{where}:")
             out.append(f"      {r.why}")
-        for why in plan.uncovered.get(level, ()):
-            out.append(f"    ! not covered: {why}")
-    out.append("")
-    out.append("Skipped levels:" if s.skipped else "Skipped levels: none")
+        out += [f"    ! not covered: {why}" for why in plan.uncovered.get(level, ())]
+    out += ["", "Skipped levels:" if s.skipped else "Skipped levels: none"]
     for level, why in s.skipped.items():
         out.append(f"  Level {level}  {matrix.levels[level].title}: {why}")
         out.append(f"    request it with a PR comment: /verl-e2e level={level}")
-    for warning in s.warnings:
-        out.append(f"warning: {warning}")
-    out.append("")
-    out.append(f"Cells: {len(plan.cells)} (about {gpu_minutes(plan.cells)} GPU-minutes)")
-    width = max((len(c.id) for c in plan.cells), default=0)
-    for c in plan.cells:
+    out += [f"warning: {warning}" for warning in s.warnings]
+    return "\n".join([*out, "", *_cells_text(plan.cells), *_deferred_text(plan)]) + "\n"
+
+
+def _cells_text(cells: list[Cell]) -> list[str]:
+    """The cells as a table with headers: the estimate in GPU-minutes (GPUs x expected minutes, what
+    the budget counts) apart from the timeout in wall-clock minutes (when the job is stopped)."""
+    out = [f"Cells: {len(cells)}, about {gpu_minutes(cells)} GPU-minutes in all"]
+    if not cells:
+        return out
+    rows = [("cell", "GPUs", "estimate", "timeout", "model")]
+    for c in cells:
         dummy = " (dummy)" if c.dummy_config is not None else ""
-        out.append(f"  {c.id:<{width}}  {c.gpus} GPU  {c.timeout_minutes:>3} min  {c.model}{dummy}")
-    return "\n".join(out + _deferred_text(plan)) + "\n"
+        rows.append((c.id, str(c.gpus), f"{c.gpus * c.minutes} GPU-min", f"{c.timeout_minutes} min", c.model + dummy))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cell, gpus, estimate, timeout, model = row
+        line = f"  {cell:<{widths[0]}}  {gpus:>{widths[1]}}  {estimate:>{widths[2]}}  {timeout:>{widths[3]}}  {model}"
+        out.append(line)
+    return out
 
 
 def _deferred_text(plan: Plan) -> list[str]:
     b = plan.budgeted
     if b is None or not b.deferred:
         return []
-    out = [f"Not run (GPU budget of {b.budget} GPU-minutes): {len(b.deferred)} cell(s), run each with"]
-    width = max(len(c.id) for c in b.deferred)
-    out += [f"  {c.id:<{width}}  {c.gpus * c.minutes:>4} GPU-min  {request(c)}" for c in b.deferred]
+    out = ["", f"Not run (GPU budget of {b.budget} GPU-minutes): {len(b.deferred)} cell(s), run each with"]
+    rows = [("cell", "estimate", "request")]
+    rows += [(c.id, f"{c.gpus * c.minutes} GPU-min", request(c)) for c in b.deferred]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    out += [f"  {cell:<{widths[0]}}  {est:>{widths[1]}}  {req}" for cell, est, req in rows]
     return out
 
 

@@ -70,7 +70,8 @@ class _Scan:
         shared = family_dir(file.path) in (None, *SHARED_DIRS)
         for ran, qualname in cheapest(hits, self.matrix.defaults.family):
             known = shared and ran.family in self.matrix.families
-            why = f"a real {ran.cell} run executed the changed code (e.g. {qualname})"
+            shown = "module-level code" if qualname == "<module>" else qualname
+            why = f"a real {ran.cell} run executed the changed code (e.g. {shown})"
             for fam in [ran.family] if known else self.fams.targets(file.path, file, True):
                 self.col.add(ran.level, fam, {"all"}, ("executed", why), file.path)
         return bool(hits)
