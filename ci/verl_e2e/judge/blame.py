@@ -5,7 +5,8 @@ a failure with no Bridge frame is, and which Megatron-Core really ran.
 (`changes.json`): `lines`, the added line ranges per path (`{path: [[first, last], ...]}`), and
 `functions`, the functions and classes those changes sit in (`{path: ["LoRA.transform", ...]}`). A
 failing Bridge frame on a changed line is "in code this PR changed"; one inside a changed function
-(the call a changed argument list feeds, say) is "in a function this PR changed". Pure.
+(the call a changed argument list feeds, say) is "in a function this PR changed". Otherwise a
+changed default the failing path reads (`defaults`, see `likely`) is named as the likely cause. Pure.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from verl_e2e.judge import likely
 from verl_e2e.judge.culprit import BRIDGE, MCORE, VERL, where
 from verl_e2e.judge.evidence import Evidence
 
 Changes = Mapping[str, Any]
+CODE_CLASSES = frozenset({"model_build", "runtime", "checkpoint_save", "checkpoint_load"})
+IMPORTS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
 def _changed_line(frame: Mapping[str, Any], changes: Changes) -> bool:
@@ -31,25 +35,50 @@ def _changed_function(frame: Mapping[str, Any], changes: Changes) -> str | None:
     return next((q for q in names if str(q).rsplit(".", 1)[-1] == frame.get("function")), None)
 
 
+def _in_change(located: Mapping[str, Any], changes: Changes) -> str | None:
+    """' (in code this PR changed: ...)' or ' (in a function this PR changed: ...)' for a Bridge frame
+    on the failing path that is the PR's own; None when none is."""
+    bridge = list(reversed(located.get("bridge_frames") or []))
+    on_line = next((f for f in bridge if _changed_line(f, changes)), None)
+    if on_line is not None:
+        return f" (in code this PR changed: `{on_line['path']}:{on_line['line']}` in `{on_line['function']}`)"
+    for f in bridge:
+        qualname = _changed_function(f, changes)
+        if qualname:
+            return f" (in a function this PR changed: `{qualname}` at `{f['path']}:{f['line']}`)"
+    return None
+
+
+def likely_cause(ev: Evidence | None, changes: Changes | None) -> likely.Likely | None:
+    """A default this PR changed that the failing path reads, where the failing frame is not the PR's."""
+    located = ev.culprit if ev is not None else None
+    if not located or not changes or _in_change(located, changes) is not None:
+        return None
+    return likely.find(ev, changes.get("defaults") or [])
+
+
 def culprit_phrase(ev: Evidence | None, changes: Changes | None) -> str:
-    """' (at ...)' for a headline: the culprit frame and, where known, whether the PR changed it."""
+    """' (at ...)' for a headline: the culprit frame and, where known, whether the PR changed it; a
+    changed default the failing path reads goes before it as the likely cause."""
     located = ev.culprit if ev is not None else None
     if not located:
         return ""
     culprit = located["culprit"]
-    bridge = list(reversed(located.get("bridge_frames") or []))
-    if changes:
-        on_line = next((f for f in bridge if _changed_line(f, changes)), None)
-        if on_line is not None:
-            return f" (in code this PR changed: `{on_line['path']}:{on_line['line']}` in `{on_line['function']}`)"
-        for f in bridge:
-            qualname = _changed_function(f, changes)
-            if qualname:
-                return f" (in a function this PR changed: `{qualname}` at `{f['path']}:{f['line']}`)"
+    inside = _in_change(located, changes) if changes else None
+    if inside is not None:
+        return inside
+    found = likely_cause(ev, changes)
+    lead = likely.phrase(found) if found is not None else ""
     if culprit["owner"] == BRIDGE:
         tail = "; not in code this PR changed" if changes else ""
-        return f" (at {where(culprit)}{tail})"
-    return f" ({located['chain']})"
+        return f"{lead} (at {where(culprit)}{tail})"
+    return f"{lead} ({located['chain']})"
+
+
+def likely_follow_up(ev: Evidence | None, changes: Changes | None) -> str | None:
+    """The follow-up that sends the author to the changed default named in the headline."""
+    found = likely_cause(ev, changes)
+    return likely.follow_up(found) if found is not None else None
 
 
 def megatron_source(provenance: Mapping[str, Any]) -> str:
@@ -81,8 +110,10 @@ def megatron_limitation(provenance: Mapping[str, Any]) -> str | None:
 def compatibility_follow_up(ev: Evidence | None, provenance: Mapping[str, Any]) -> str | None:
     """A failure inside verl or Megatron-Core with no Bridge frame on the path: whose problem it is."""
     located = ev.culprit if ev is not None else None
-    if not located or BRIDGE in located["owners"]:
+    if ev is None or not located or BRIDGE in located["owners"]:
         return None
+    if ev.failure_class not in CODE_CLASSES or (ev.exception or {}).get("type") in IMPORTS:
+        return None  # an OOM, a collective or an import names its own cause; versions of verl are not it
     if located["culprit"]["owner"] not in (VERL, MCORE):
         return None
     verl = provenance.get("verl") or {}

@@ -17,7 +17,8 @@ from verl_e2e import safefs
 from verl_e2e.config.matrix import load_matrix
 from verl_e2e.config.signatures import Signature
 from verl_e2e.errors import ConfigError
-from verl_e2e.judge import coverage, junit
+from verl_e2e.judge import coverage, junit, likely
+from verl_e2e.judge.blame import likely_follow_up
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.parallel import parse_file
 from verl_e2e.judge.rundir import load_run_dir, write_json
@@ -39,7 +40,7 @@ def _size(log: Path) -> int | None:
 def _changes(run_dir: Path) -> dict[str, Any] | None:
     """The PR's changed lines and functions the host wrote beside the run (`changes.json`), if any:
     {"lines": {path: [[first, last], ...]}, "functions": {path: [qualname, ...]}, "names": {path: [dotted
-    string literals on the added lines, ...]}}."""
+    string literals on the added lines, ...]}, "defaults": [{path, line, owner, name, ...}, ...]}."""
     try:
         data = json.loads(safefs.read_text(run_dir / "changes.json"))
     except (OSError, ValueError, safefs.UnsafeFileError):
@@ -51,7 +52,8 @@ def _changes(run_dir: Path) -> dict[str, Any] | None:
         for k, v in data["lines"].items()
         if isinstance(v, list)
     }
-    return {"lines": lines, "functions": _strings(data.get("functions")), "names": _strings(data.get("names"))}
+    found = {"lines": lines, "functions": _strings(data.get("functions")), "names": _strings(data.get("names"))}
+    return found | {"defaults": likely.records(data.get("defaults"))}  # absent in older run dirs: none
 
 
 def _strings(value: Any) -> dict[str, list[str]]:
@@ -126,6 +128,13 @@ def _suspects(verdict: Verdict, executed: Sequence[str]) -> Verdict:
     )
 
 
+def _likely_first(verdict: Verdict, evidences: dict[str, Evidence], changes: dict[str, Any] | None) -> Verdict:
+    """A Fail whose headline names a changed default as the likely cause sends the author there first."""
+    failing = next((ev for ev in evidences.values() if ev.exception), None)
+    follow = likely_follow_up(failing, changes) if verdict.result == "Fail" else None
+    return replace(verdict, follow_ups=[follow, *verdict.follow_ups]) if follow else verdict
+
+
 def judge_run_dir(
     path: str | Path,
     baseline_log: str | Path | None = None,
@@ -147,6 +156,7 @@ def judge_run_dir(
         if phase.status != "not_run" and log_sizes[phase.name] is not None:
             evidences[phase.name] = parse_file(log, sigs)
     baseline = parse_file(baseline_log, sigs) if baseline_log else None
+    changes = _changes(run.path)
     verdict = judge(
         run.cell,
         phases=run.phases,
@@ -158,10 +168,11 @@ def judge_run_dir(
         log_capture=str(run.path),
         log_sizes=log_sizes,
         problems=run.problems,
-        changes=_changes(run.path),
+        changes=changes,
         updates=_updates(run.path),
         moe=_is_moe(run.cell.family),
     )
+    verdict = _likely_first(verdict, evidences, changes)
     verdict = with_coverage(verdict, run.path)
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())

@@ -19,7 +19,14 @@ from verl_e2e.plan.cells import expand, uncovered
 from verl_e2e.plan.changes import ChangedFile, is_pin, parse_name_status, read_changed_files
 from verl_e2e.plan.contract import Plan
 from verl_e2e.plan.diffs import read_diff
-from verl_e2e.plan.enrich import changed_line_ranges, changed_names, files_from_diff, with_architectures, with_diff
+from verl_e2e.plan.enrich import (
+    changed_defaults,
+    changed_line_ranges,
+    changed_names,
+    files_from_diff,
+    with_architectures,
+    with_diff,
+)
 from verl_e2e.plan.examples import EXAMPLES
 from verl_e2e.plan.gitchanges import changes_from_git, resolve_commit
 from verl_e2e.plan.select import select
@@ -99,6 +106,7 @@ def _change_context(files: list[ChangedFile]) -> dict[str, object]:
     return {
         "changes": changed_line_ranges(files),  # the judge names a failing frame in these lines
         "changed_names": changed_names(files),  # weights Bridge could not load that this change named
+        "changed_defaults": changed_defaults(files),  # a changed default a failing path reads: the likely cause
         "pins_changed": sorted({p for f in files for p in f.paths if is_pin(p)}),
         "changed_functions": {
             f.path: list(f.functions if f.functions is not None else f.scopes)

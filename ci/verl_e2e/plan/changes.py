@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan.fields import ChangedDefault
 
 STATUS_LETTERS = frozenset("ACDMRTUXB")
 
@@ -34,6 +35,8 @@ class ChangedFile:
     # the innermost def/class of every changed line, qualified (`Cls.method`), from both ASTs; None when
     # no AST was read (a diff alone names scopes, not which one a line belongs to)
     functions: tuple[str, ...] | None = None
+    # assignments outside any function the change sets (class defaults, dataclass fields, module values)
+    defaults: tuple[ChangedDefault, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:

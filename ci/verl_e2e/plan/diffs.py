@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan.fields import Assigned, TextScopes
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
@@ -37,6 +38,9 @@ class FileDiff:
     removed_at: list[int] = field(default_factory=list)
     scopes: dict[str, None] = field(default_factory=dict)  # ordered set of enclosing def/class names
     module_level: bool = False  # a hunk changed lines that no def/class context encloses
+    # assignments at module level or in a class body, as the hunks' text shows them (fields.from_text)
+    assigned: list[Assigned] = field(default_factory=list)
+    unassigned: list[Assigned] = field(default_factory=list)
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -65,6 +69,7 @@ class _Reader:
         self.old_left = self.new_left = 0  # lines the hunk header promised and the body has not shown yet
         self.seen_change = False
         self.hunk_scoped = False
+        self.text_scopes = TextScopes([])
 
     def start(self, old: str, new: str) -> None:
         self.current = FileDiff(path=new, old_path=old if old != new else None, status="M" if old == new else "R")
@@ -101,6 +106,7 @@ class _Reader:
         self.old_left = int(m.group(2)) if m.group(2) is not None else 1
         self.new_left = int(m.group(4)) if m.group(4) is not None else 1
         self.seen_change = False
+        self.text_scopes = TextScopes.of_header(m.group(5) or "")
         context = _DEF.match(m.group(5) or "")
         self.hunk_scoped = context is not None
         if context:
@@ -110,6 +116,7 @@ class _Reader:
         cur = self.current
         assert cur is not None
         tag, text = line[:1], line[1:]
+        self._assignment(tag, text)
         if tag == "+":
             cur.added.append(text)
             cur.added_at.append(self.new_no)
@@ -141,6 +148,15 @@ class _Reader:
                 self.hunk_scoped = True
             elif not self.hunk_scoped and text.strip():
                 cur.module_level = True
+
+    def _assignment(self, tag: str, text: str) -> None:
+        """Record a module- or class-level assignment on a changed line, then follow the class/def lines."""
+        cur = self.current
+        found = self.text_scopes.assignment(text) if tag in ("+", "-") and cur is not None else None
+        if found is not None and cur is not None:
+            where = (self.new_no if tag == "+" else self.old_no, *found)
+            (cur.assigned if tag == "+" else cur.unassigned).append(where)
+        self.text_scopes.see(text)
 
 
 def parse_unified_diff(text: str) -> dict[str, FileDiff]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from verl_e2e.config.aspects import code_lines
+from verl_e2e.plan import fields
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.diffs import FileDiff
 from verl_e2e.plan.registry import SHARED, architectures_by_file, loose_registrations
@@ -45,6 +47,7 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 scopes=tuple(dict.fromkeys((*f.scopes, *d.scopes))),
                 cosmetic=f.cosmetic or _comment_only(d),
                 module_level=d.module_level or d.status in "AD" or not d.scopes,
+                defaults=fields.from_text(d.path, d.assigned, d.unassigned) if d.path.endswith(".py") else (),
             )
         )
     return out
@@ -66,7 +69,16 @@ def with_ast_scopes(
         outside |= outside_defs(after, d.added_at)
         scopes = tuple(dict.fromkeys((*f.scopes, *scope_names(names))))
         inner = tuple(dict.fromkeys((*innermost(before, d.removed_at), *innermost(after, d.added_at))))
-        out.append(replace(f, scopes=scopes, functions=inner, module_level=outside or f.status in "AD"))
+        exact = fields.from_sources(f.path, before, after, d.added_at, d.removed_at)
+        out.append(
+            replace(
+                f,
+                scopes=scopes,
+                functions=inner,
+                module_level=outside or f.status in "AD",
+                defaults=f.defaults if exact is None else exact,
+            )
+        )
     return out
 
 
@@ -131,3 +143,10 @@ def changed_names(files: Sequence[ChangedFile]) -> dict[str, list[str]]:
         if names:
             out[f.path] = list(names)[:MAX_NAMES]
     return out
+
+
+def changed_defaults(files: Sequence[ChangedFile]) -> list[dict[str, Any]]:
+    """Every class-level default, dataclass field and module-level value the change sets, as the plan
+    context records it (`changed_defaults`): the judge names one as the likely cause of a failure
+    raised outside the PR's lines on a path that reads it."""
+    return [d.to_json() for f in files for d in f.defaults]

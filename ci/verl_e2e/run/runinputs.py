@@ -73,10 +73,12 @@ def plan_changes(path: Path) -> dict[str, Any] | None:
         return None
     context = (data.get("context") or {}) if isinstance(data, dict) else {}
     changes, functions, names = context.get("changes"), context.get("changed_functions"), context.get("changed_names")
+    defaults = context.get("changed_defaults")
     if not isinstance(changes, dict):
         return None
     return {
         "lines": changes,
         "functions": functions if isinstance(functions, dict) else {},
         "names": names if isinstance(names, dict) else {},
+        "defaults": defaults if isinstance(defaults, list) else [],
     }
