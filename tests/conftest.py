@@ -35,11 +35,12 @@ def engine_missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-def prepared(path: Path, what: str) -> Path:
-    """Data or a tool `.ci/run` fetches into .cache/: skipped with a message on a fresh clone, a failure
-    where CI promised it (VERL_E2E_REQUIRE_ENGINE=1)."""
+def prepared(path: Path, what: str, step: str = "") -> Path:
+    """Data or a tool `tools/test.sh` fetches into .cache/: skipped with a message on a fresh clone, a
+    failure where CI promised it (VERL_E2E_REQUIRE_ENGINE=1). `step` names the set-up step that makes it."""
     if not path.exists():
-        engine_missing(f"{what} is missing at {path}: `.ci/run` fetches it (run it once, or set its variable)")
+        command = f"tools/test.sh --setup {step}".strip()
+        engine_missing(f"{what} is missing at {path}: `{command}` fetches it")
     return path
 
 

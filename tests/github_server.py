@@ -47,7 +47,7 @@ class Spec:
     def __init__(self, path: Path = SPEC_PATH) -> None:
         from .conftest import prepared
 
-        prepared(path, "GitHub's OpenAPI description (npm @octokit/openapi)")
+        prepared(path, "GitHub's OpenAPI description (npm @octokit/openapi)", "openapi")
         self.doc = json.loads(path.read_text())
         self.registry = Registry().with_resource("urn:github", Resource(self.doc, DRAFT4))
         self.routes = []

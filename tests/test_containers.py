@@ -46,8 +46,17 @@ def engine() -> docker.DockerClient:
         client = docker.from_env(timeout=120)
         client.ping()
     except docker.errors.DockerException as exc:
-        engine_missing(f"container tests need a Docker engine (.ci/run starts one): {exc}")
+        engine_missing(f"container tests need a Docker engine (`tools/test.sh --setup packages engine`): {exc}")
     return client
+
+
+def bridge_wheel() -> Path:
+    """megatron-bridge's wheel (the real Bridge sources the cells mount), downloaded by the set-up."""
+    wheel = next(WHEELS.glob("megatron_bridge-*.whl"), None)
+    if wheel is None:
+        engine_missing(f"the megatron-bridge wheel is missing in {WHEELS}: `tools/test.sh --setup wheels` downloads it")
+    assert wheel is not None
+    return wheel
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +64,9 @@ def base_image(engine: docker.DockerClient) -> str:
     try:
         engine.images.get(BASE)
     except docker.errors.ImageNotFound:
+        bridge_wheel()  # Ray, pytest and megatron-bridge, installed offline into the image
+        if shutil.which("debootstrap") is None:
+            engine_missing(f"{BASE} needs debootstrap to be built: `tools/test.sh --setup packages base-image`")
         subprocess.run([str(ROOT / "tests/base-image/make-base-image.sh"), BASE, str(WHEELS)], check=True)
     return BASE
 
@@ -71,8 +83,7 @@ def fake_verl(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Megatron-Bridge checkout: the real 0.6.2 sources in src/, a submodule dir, one focused test."""
-    wheel = next(WHEELS.glob("megatron_bridge-*.whl"), None)
-    assert wheel is not None, f"the megatron-bridge wheel is expected in {WHEELS} (.ci/run downloads it)"
+    wheel = bridge_wheel()
     root = tmp_path_factory.mktemp("bridge") / "Megatron-Bridge"
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(root / "src")

@@ -1,7 +1,7 @@
 """Plans a maintainer would make: the changed model runs, every level has a cell or a reason, and the
 plan made from the API (`--changed-files --diff`) agrees with the one made from a clone (`--repo`).
 
-The matrix is checked against a real Bridge tree: megatron-bridge's sdist from PyPI (`.ci/run` puts it
+The matrix is checked against a real Bridge tree: megatron-bridge's sdist from PyPI (`tools/test.sh` puts it
 in .cache/sdist), read in place.
 """
 
@@ -32,8 +32,8 @@ SDIST = ROOT / ".cache" / "sdist" / "megatron_bridge-0.6.2.tar.gz"
 def _sdist_registrations() -> dict[str, str]:
     if not SDIST.is_file():
         if os.environ.get("VERL_E2E_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"{SDIST} is missing; .ci/run downloads it")
-        pytest.skip(f"{SDIST} is missing (run .ci/run, or download megatron-bridge 0.6.2's sdist there)")
+            pytest.fail(f"{SDIST} is missing; `tools/test.sh --setup sdist` downloads it")
+        pytest.skip(f"{SDIST} is missing: `tools/test.sh --setup sdist` downloads it")
     found: dict[str, str] = {}
     with tarfile.open(SDIST) as tar:
         for member in tar.getmembers():

