@@ -184,3 +184,21 @@ def test_the_real_verl_megatron_incompatibility_is_not_blamed_on_bridge(name: st
     assert verdict.result == "Fail" and verdict.failure_class == "model_build"
     assert "raised in verl (verl/utils/megatron_utils.py:525 in unwrap_model)" in verdict.headline
     assert verdict.follow_ups[0].startswith("reads as a verl/Megatron-Core compatibility problem")
+
+
+@pytest.mark.parametrize(
+    ("log", "klass"),
+    [
+        ("46_fsdp-32b-save_checkpoint-ray-host-oom.log", "oom"),
+        ("37_megatron-init_model-mbridge-broadcast_params-DistBackendError.log", "nccl"),
+        ("17_fsdp-grpo-ImportError-LlamaFroCausalLM-init_model.log", "model_build"),
+    ],
+)
+def test_an_oom_a_collective_or_an_import_is_not_read_as_a_verl_megatron_incompatibility(
+    matrix, tmp_path: Path, log: str, klass: str
+) -> None:
+    """No Bridge frame on their paths either, but each names its own cause; the follow-up says that one."""
+    text = (SHARED / "reference/verl-logs" / log).read_text(errors="replace")
+    verdict = judge_run_dir(_run(matrix, tmp_path, text))
+    assert verdict.failure_class == klass, verdict.headline
+    assert not any("compatibility problem" in f for f in verdict.follow_ups), verdict.follow_ups

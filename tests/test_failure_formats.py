@@ -135,6 +135,20 @@ def test_a_config_error_run_is_blocked_and_says_which_key(matrix: Matrix, tmp_pa
     assert not any(word in " ".join(v.follow_ups) for word in PROVIDER_ADVICE)
 
 
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "Cannot find primary config 'ppo_megatron_trainerr'. Check that it's in your config search path.\n",
+        "In 'ppo_megatron_trainer': Could not find 'actor/dp_actorr'\n\nAvailable options in 'actor':\n\tdp_actor\n",
+        "no viable alternative at input '[1'\nSee https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details\n",
+    ],
+    ids=["primary-config", "group-option", "override-syntax"],
+)
+def test_hydra_failing_to_compose_the_config_is_setup(summary: str) -> None:
+    ev = _ev(summary + "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
+    assert ev.failure_class == "setup", ev.failure_signature
+
+
 def test_a_keyword_bridge_code_refuses_is_still_the_providers_failure() -> None:
     """The same TypeError text raised in Bridge's LoRA code (not while Hydra builds a config) is model build."""
     frames = (("init_model", f"{T.VERL}/workers/megatron_workers.py"), ("transform", f"{T.BRIDGE}/peft/lora.py"))
@@ -182,8 +196,22 @@ CTRL_C = (
             ),
             "`slurmstepd: error: *** STEP 4242.0 ON gpu-node-07 CANCELLED AT",
         ),
+        (
+            CTRL_C
+            + V.python_traceback(
+                "asyncio.exceptions.CancelledError",
+                "",
+                (("generate", f"{T.VERL}/workers/rollout/vllm_rollout/vllm_async_server.py"),),
+            ),
+            "Ctrl-C: KeyboardInterrupt, its asyncio tasks cancelled",
+        ),
+        (
+            "tests/special_e2e/run_ppo_trainer_megatron.sh: line 95: 40213 Terminated              "
+            "python3 -m verl.trainer.main_ppo --config-path=config\n",
+            "SIGTERM",
+        ),
     ],
-    ids=["ctrl-c", "task-cancelled", "torch-elastic-sigint", "slurm-cancel"],
+    ids=["ctrl-c", "task-cancelled", "torch-elastic-sigint", "slurm-cancel", "asyncio-cancelled", "bash-terminated"],
 )
 def test_an_interrupted_run_names_the_interrupt_and_is_blocked_not_failed(
     matrix: Matrix, tmp_path: Path, tail: str, by: str

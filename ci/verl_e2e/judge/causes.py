@@ -33,9 +33,10 @@ INTERRUPTS = {
 }
 _SIGNAL = re.compile(
     r"got signal: (\d+)|Received (\d+) death signal|(?:[Rr]eceived|[Cc]aught|[Gg]ot)(?: signal:?)? (SIG[A-Z]+)"
-    r"|(SIG[A-Z]+) received"
+    r"|(SIG[A-Z]+) received|line \d+:\s+\d+ (Terminated|Interrupt|Hangup)\b"
 )
 SIGNALS = {"1": "SIGHUP", "2": "SIGINT", "15": "SIGTERM"}
+SHELL_WORDS = {"Hangup": "SIGHUP", "Interrupt": "SIGINT", "Terminated": "SIGTERM"}  # how bash reports a job's signal
 _UNDEFINED = re.compile(r"(\S+\.so(?:\.[\d.]+)?): undefined symbol: (\S+)")
 UNDEFINED_HINT = (
     "the compiled extension {library} does not match the libraries it loads (undefined symbol {symbol}): it "
@@ -102,6 +103,8 @@ def is_config_schema(exception: Mapping[str, str], root: Block | None) -> bool:
 def interrupt(exception: Mapping[str, str] | None, hits: Mapping[str, str], interrupted: bool) -> str | None:
     """What interrupted the run, if the log says it was interrupted ("Ctrl-C: KeyboardInterrupt")."""
     etype = exception["type"] if exception else ""
+    if etype == "CancelledError" and interrupted:  # asyncio tasks a Ctrl-C cancelled (vLLM's server, verl's loops)
+        return f"{INTERRUPTS['KeyboardInterrupt']}, its asyncio tasks cancelled"
     if etype in INTERRUPTS:
         cancelled = INTERRUPTS[etype]
         return f"{cancelled}, after a Ctrl-C" if interrupted and etype != "KeyboardInterrupt" else cancelled
@@ -120,7 +123,7 @@ def signal_name(text: str) -> str | None:
     m = _SIGNAL.search(text)
     if not m:
         return None
-    number, name = m.group(1) or m.group(2), m.group(3) or m.group(4)
+    number, name = m.group(1) or m.group(2), m.group(3) or m.group(4) or SHELL_WORDS.get(m.group(5) or "")
     name = SIGNALS.get(number, "") if number else name
     return name if name in SIGNALS.values() else None
 

@@ -254,7 +254,7 @@ def _named(
         return "setup", None, None, causes.missing_hint(exception["message"])
     if exception["type"] in CONFIG_TYPES or causes.is_config_schema(exception, root):
         return "setup", None, None, causes.config_hint(causes.config_key(texts))
-    if exception["type"] in causes.INTERRUPTS or exception["type"] == "SignalException":
+    if exception["type"] in (*causes.INTERRUPTS, "SignalException", "CancelledError"):
         cause = causes.interrupt(exception, hits, interrupted)
         return ("interrupted", None, None, causes.interrupt_hint(cause)) if cause else None
     return None
