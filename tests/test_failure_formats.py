@@ -269,8 +269,19 @@ SYMBOL = "_ZN3c104cuda9SetDeviceEi"
         ),
         f"{V.WORKER}ImportError: {TE_SO}: undefined symbol: {SYMBOL}\n"
         + V.worker_traceback("ActorDiedError", "The actor died unexpectedly before finishing this task."),
+        # transformers' lazy import re-raises with the cause on the next line, from a frame with a role
+        V.python_traceback(
+            "RuntimeError",
+            "Failed to import transformers.models.qwen2.modeling_qwen2 because of the following error "
+            "(look up to see its traceback):",
+            (
+                ("init_model", f"{T.VERL}/workers/megatron_workers.py"),
+                ("_get_module", "/d/transformers/utils/import_utils.py"),
+            ),
+        )
+        + f"{V.WORKER}{TE_SO}: undefined symbol: {SYMBOL}\n",
     ],
-    ids=["import-error", "os-error", "before-an-actor-died"],
+    ids=["import-error", "os-error", "before-an-actor-died", "transformers-lazy-import"],
 )
 def test_an_undefined_symbol_in_a_compiled_extension_is_setup_naming_the_library(
     matrix: Matrix, tmp_path: Path, log: str

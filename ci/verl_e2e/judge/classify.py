@@ -121,6 +121,8 @@ MESSENGERS = frozenset(
         "OutOfMemoryError",
     }
 )
+# a message that points at another line for its cause (transformers' lazy import, vLLM's engine start)
+DEFERS = re.compile(r"look up to see its traceback|because of the following error|See root cause above")
 MISSING_MODULE = re.compile(r"No module named|cannot open shared object file|undefined symbol")
 SETUP_ROLES = {
     "config": "the configuration was rejected",
@@ -216,7 +218,7 @@ def classify(
     if named is not None:
         return named
     role = root_role(root)
-    messenger = exception is None or exception["type"] in MESSENGERS or role is None
+    messenger = exception is None or exception["type"] in MESSENGERS or role is None or DEFERS.search(text) is not None
     for sig in signatures if messenger else ():  # 3.
         if sig.failure_class != "runtime" and sig.name in hits:
             return sig.failure_class, sig.name, hits[sig.name], _hint(sig, hits[sig.name], texts)
