@@ -276,6 +276,16 @@ def test_a_module_value_read_in_its_module_is_named_also_in_a_training_step(matr
             (*T.ENGINE_BUILD, *T.LOAD_HF, T.SHAPE_CHECK),
             T.SHAPE_MISMATCH,
         ),
+        (  # another family's provider: the Qwen cell never builds a DeepSeek model
+            {
+                "path": "src/megatron/bridge/models/deepseek/deepseek_provider.py",
+                "line": 40,
+                "owner": "DeepSeekV3ModelProvider",
+                "name": "q_lora_rank",
+            },
+            (*T.ENGINE_BUILD, *T.LOAD_HF, T.SHAPE_CHECK),
+            T.SHAPE_MISMATCH,
+        ),
         (  # an import cannot be caused by a default's value
             {"path": PROVIDER_PATH, "line": 25, "owner": "GPTModelProvider", "name": "kv_channels"},
             (*T.ENGINE_BUILD[:2], (f"{T.BRIDGE}/models/gpt_provider.py", "provide", 40, "from x import y")),
@@ -287,7 +297,7 @@ def test_a_module_value_read_in_its_module_is_named_also_in_a_training_step(matr
             "KeyError: 'old_log_probs'",
         ),
     ],
-    ids=["training-config", "import-error", "training-step"],
+    ids=["training-config", "other-family", "import-error", "training-step"],
 )
 def test_no_likely_cause_where_the_failing_path_does_not_read_the_default(
     matrix: Matrix, tmp_path: Path, record: dict[str, Any], frames: tuple[T.Frame, ...], exception: str
@@ -295,6 +305,15 @@ def test_no_likely_cause_where_the_failing_path_does_not_read_the_default(
     full = record | {"value": "1", "was": "2", "removed": False, "bases": [], "span": None}
     v = _judge_with(matrix, tmp_path, T.build_log(frames, exception), _changes([full]))
     assert "likely cause" not in v.headline and not v.follow_ups[0].startswith("start at"), v.headline
+
+
+def test_the_cells_own_familys_provider_is_named(matrix: Matrix, tmp_path: Path) -> None:
+    record = {"path": "src/megatron/bridge/models/qwen/qwen_provider.py", "line": 31, "owner": "Qwen2ModelProvider",
+              "name": "kv_channels", "value": "128", "was": "None", "removed": False,
+              "bases": ["GPTModelProvider"], "span": [20, 60]}  # fmt: skip
+    log = T.build_log((*T.ENGINE_BUILD, *T.LOAD_HF, T.SHAPE_CHECK), T.SHAPE_MISMATCH)
+    v = _judge_with(matrix, tmp_path, log, _changes([record]))
+    assert "likely cause: this PR changed `Qwen2ModelProvider.kv_channels` default" in v.headline, v.headline
 
 
 def test_a_failing_frame_on_a_changed_line_still_says_so_first(matrix: Matrix, tmp_path: Path) -> None:

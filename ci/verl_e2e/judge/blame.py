@@ -6,7 +6,8 @@ a failure with no Bridge frame is, and which Megatron-Core really ran.
 `functions`, the functions and classes those changes sit in (`{path: ["LoRA.transform", ...]}`). A
 failing Bridge frame on a changed line is "in code this PR changed"; one inside a changed function
 (the call a changed argument list feeds, say) is "in a function this PR changed". Otherwise a
-changed default the failing path reads (`defaults`, see `likely`) is named as the likely cause. Pure.
+changed default the failing path reads (`defaults`, see `likely`; `family_dir`, the cell's Bridge model
+directory, which the judge adds) is named as the likely cause. Pure.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def likely_cause(ev: Evidence | None, changes: Changes | None) -> likely.Likely 
     located = ev.culprit if ev is not None else None
     if not located or not changes or _in_change(located, changes) is not None:
         return None
-    return likely.find(ev, changes.get("defaults") or [])
+    return likely.find(ev, changes.get("defaults") or [], changes.get("family_dir"))
 
 
 def culprit_phrase(ev: Evidence | None, changes: Changes | None) -> str:

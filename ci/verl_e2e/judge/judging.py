@@ -95,6 +95,15 @@ def _is_moe(family: str) -> bool:
     return bool(found is not None and found.has("moe"))
 
 
+def _family_dir(family: str) -> str | None:
+    """The cell's Bridge model directory (matrix.yaml `dir`, else the family's name); None if unknown."""
+    try:
+        found = load_matrix().families.get(family)
+    except (OSError, ValueError, ConfigError):
+        return None
+    return (found.dir or found.name) if found is not None else None
+
+
 def with_coverage(verdict: Verdict, run_dir: Path) -> Verdict:
     """The verdict with the PR's changed functions this cell executed (both records in the run dir)."""
     changes, ran = _changes(run_dir), _ran(run_dir)
@@ -157,6 +166,8 @@ def judge_run_dir(
             evidences[phase.name] = parse_file(log, sigs)
     baseline = parse_file(baseline_log, sigs) if baseline_log else None
     changes = _changes(run.path)
+    if changes is not None:  # which providers this cell's model builds through (`likely`)
+        changes["family_dir"] = _family_dir(run.cell.family)
     verdict = judge(
         run.cell,
         phases=run.phases,

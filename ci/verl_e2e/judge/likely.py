@@ -8,7 +8,8 @@ is traced back to one of them when the failing path reads it:
   - a frame of the root traceback runs in that module (a module-level value), or inside that class's
     lines (a class default: its methods read it);
   - or the run failed building the model (the weight import included) and the changed field belongs
-    to a Bridge model provider or config class, which model build reads whole.
+    to a Bridge model provider or config class the cell's model builds through (a shared file, or the
+    cell's own family directory), which model build reads whole.
 The first rule names a specific reader, so it wins over the second. Pure.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from verl_e2e.judge.culprit import where
 from verl_e2e.judge.evidence import Evidence
+from verl_e2e.plan.registry import SHARED
 
 MODELS = "src/megatron/bridge/models/"
 PROVIDER_CLASS = re.compile(r"(?:Provider|Config)\b")  # `Qwen2ModelProvider`, `GPTModelProvider`, `TransformerConfig`
@@ -85,8 +87,16 @@ def _provider(d: Mapping[str, Any]) -> bool:
     return bool(d["owner"]) and str(d["path"]).startswith(MODELS) and any(PROVIDER_CLASS.search(n) for n in names)
 
 
-def find(ev: Evidence | None, defaults: Sequence[Mapping[str, Any]]) -> Likely | None:
-    """The changed default the failing path reads, by the module's rules; None when none does."""
+def _built_by(d: Mapping[str, Any], family_dir: str | None) -> bool:
+    """Whether the cell's model builds through the default's file: a file every model shares (models/*.py,
+    conversion/, common/, ...), or its own family's directory (a Qwen cell never builds a DeepSeek provider)."""
+    parts = str(d["path"])[len(MODELS) :].split("/")
+    return len(parts) == 1 or parts[0] in SHARED or family_dir is None or parts[0] == family_dir
+
+
+def find(ev: Evidence | None, defaults: Sequence[Mapping[str, Any]], family_dir: str | None = None) -> Likely | None:
+    """The changed default the failing path reads, by the module's rules; None when none does.
+    `family_dir` is the cell's Bridge model directory (None: unknown, every provider counts)."""
     if ev is None or not ev.culprit or not defaults or ev.failure_class not in VALUE_CLASSES:
         return None
     if (ev.exception or {}).get("type") in NOT_A_VALUE:
@@ -98,7 +108,7 @@ def find(ev: Evidence | None, defaults: Sequence[Mapping[str, Any]]) -> Likely |
         kind = "class's code" if d["owner"] else "module"
         return Likely(d, f"the failing path runs that {kind} ({where(frame)})", len(read) - 1)
     if ev.failure_class == "model_build" or ev.failed_in == "model_build":
-        built = [d for d in defaults if _provider(d)]
+        built = [d for d in defaults if _provider(d) and _built_by(d, family_dir)]
         if built:
             return Likely(built[0], "model build reads the provider's fields", len(built) - 1)
     return None
