@@ -232,6 +232,16 @@ def test_the_real_ctrl_c_excerpt_is_blocked_after_training_began(matrix: Matrix,
     assert v.follow_ups[0].startswith("rerun; the run was interrupted (by Ctrl-C: KeyboardInterrupt)")
 
 
+def test_an_interrupt_after_the_last_step_stopped_nothing(matrix: Matrix, tmp_path: Path) -> None:
+    """Ctrl-C while Ray shuts down after a finished run (Python reports it from an atexit callback)."""
+    log = V.run(2) + "Exception ignored in atexit callback: <function shutdown at 0x7fe1>\n" + CTRL_C
+    ev = _ev(log)
+    assert (ev.stage, ev.failure_class) == ("done", "none"), ev.failure_class
+    cell = cell_for(matrix, 0)
+    v = judge_run_dir(write_run_dir(tmp_path / "run", cell, {cell.phases[0].name: log}))
+    assert v.result == "Pass", v.headline
+
+
 def test_a_signal_that_is_not_an_interrupt_is_not_read_as_one() -> None:
     frames = (("fit", f"{T.VERL}/trainer/ppo/ray_trainer.py"),)
     ev = _ev(

@@ -219,10 +219,10 @@ def classify(
         return named
     role = root_role(root)
     messenger = exception is None or exception["type"] in MESSENGERS or role is None or DEFERS.search(text) is not None
-    for sig in signatures if messenger else ():  # 3.
-        if sig.failure_class != "runtime" and sig.name in hits:
+    for sig in signatures if messenger else ():  # 3. (an interrupt after the last step stopped nothing)
+        if sig.failure_class not in ("runtime", "interrupted" if finished else "") and sig.name in hits:
             return sig.failure_class, sig.name, hits[sig.name], _hint(sig, hits[sig.name], texts)
-    if interrupted and (exception is None or exception["type"] in MESSENGERS):
+    if interrupted and not finished and (exception is None or exception["type"] in MESSENGERS):
         return "interrupted", None, None, causes.interrupt_hint(causes.INTERRUPTS["KeyboardInterrupt"])
     if exception is not None or root is not None or failed:
         return _by_role(role, exception, root)
