@@ -104,9 +104,9 @@ def test_the_warm_up_caller_runs_prefetch_on_the_site_runner_with_the_token_secr
     assert 'verl-e2e" prefetch' in reusable["jobs"]["prefetch"]["steps"][-1]["run"]
 
 
-def test_readme_documents_every_site_setting_in_one_table() -> None:
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("### Site settings") :]
+def test_the_docs_list_every_site_setting_in_one_table() -> None:
+    text = (ROOT / "docs/workflows.md").read_text()
+    table = text[text.index("## Site settings") :]
     for setting in SETTINGS:
         assert f"`{setting.flag}`" in table, setting.flag
 
