@@ -10,8 +10,11 @@ ground truth, extra_info) and OUT_DIR/reward.py, the rule reward the cell names 
 
 Why this task: a learning-signal check needs a reward the model already earns sometimes (so GRPO's
 four answers to a prompt differ and carry a gradient) and can earn more often after a few dozen
-updates. GSM8K's strict "#### answer" format gives a 135M model almost no reward at all; sums of two
-two-digit numbers, answered with the number alone, sit in between (calibration: docs/real-runs.md).
+updates. GSM8K's strict "#### answer" format gives a 135M model almost no reward at all. Sums of
+numbers from 1 to 50, answered with the number alone, sit in between: SmolLM2-135M-Instruct (from
+its Q4_1 GGUF) sampled at temperature 0.7 gets 14% right and answers short with a number 31% of the
+time (16 prompts x 4 samples on a CPU; at temperature 1.0: 5% and 11%), so the cell samples at 0.7
+and gives partial credit for the short form (calibration: docs/real-runs.md).
 
 Runs with the verl image's Python (pandas and pyarrow are verl dependencies); the driver makes the
 files under the cell's work dir when the runner's cache lacks them, and `tools/offline_node.sh setup`
@@ -27,7 +30,11 @@ from pathlib import Path
 
 DATA_SOURCE = "verl_e2e/arith"
 PROMPT = "What is {a} + {b}? Reply with only the number."
-REWARD = '''"""verl-e2e Level 5 reward (written by containers/arith_task.py): the last integer is the sum."""
+REWARD = '''"""verl-e2e Level 5 reward (written by containers/arith_task.py).
+
+1.0 when the response's last integer is the sum; 0.2 for a short answer (at most 8 words) that gives a
+number but the wrong one: the format the prompt asks for is learnt first, the sums follow.
+"""
 
 import re
 
@@ -35,12 +42,15 @@ _INT = re.compile(r"-?\\d+")
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    found = _INT.findall(solution_str.replace(",", "")[-300:])
-    return 1.0 if found and found[-1] == str(ground_truth).strip() else 0.0
+    text = solution_str.replace(",", "").strip()
+    found = _INT.findall(text[-300:])
+    if found and found[-1] == str(ground_truth).strip():
+        return 1.0
+    return 0.2 if found and len(text.split()) <= 8 else 0.0
 '''
 
 
-def pairs(seed: int, count: int, low: int = 10, high: int = 99) -> list[tuple[int, int]]:
+def pairs(seed: int, count: int, low: int = 1, high: int = 50) -> list[tuple[int, int]]:
     """`count` distinct (a, b) pairs in a seeded order."""
     every = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
     random.Random(seed).shuffle(every)

