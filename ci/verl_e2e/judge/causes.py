@@ -50,10 +50,10 @@ WEIGHT_IMPORT = frozenset(
     {"load_hf_weights", "load_weights_hf_to_megatron", "hf_to_megatron", "load_weights", "_load_weights"}
 )
 WEIGHTS_HINT = (
-    "Bridge's HF->Megatron weight import failed while building the model: a checkpoint tensor does not fit "
-    "the parameter the provider built; compare the provider's shape fields (hidden_size, num_attention_heads, "
-    "num_query_groups, kv_channels, ffn_hidden_size, vocab_size) and the param mapping with this model's "
-    "config.json"
+    "Bridge's HF->Megatron weight import failed while building the model: the checkpoint's tensors and the "
+    "model the provider built disagree (a shape, or a name the param mapping expects); compare the provider's "
+    "shape fields (hidden_size, num_attention_heads, num_query_groups, kv_channels, ffn_hidden_size, "
+    "vocab_size) and the param mappings with this model's config.json and weight names"
 )
 
 
