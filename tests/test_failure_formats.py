@@ -354,3 +354,17 @@ def test_an_import_that_fails_while_building_gets_import_advice_not_provider_adv
     assert (v.result, v.failure_class) == ("Fail", "model_build"), v.headline
     assert "the installed `megatron.core.models.gpt` has no `fused_layer`" in v.follow_ups[0]
     assert not any(word in " ".join(v.follow_ups) for word in PROVIDER_ADVICE)
+
+
+def test_a_weight_sync_into_the_rollout_engine_is_a_training_step_not_an_engine_start() -> None:
+    """Bridge's HF export feeds vLLM's load_weights each step; a shape vLLM refuses there is the run's
+    failure (the export the PR may have changed), not a rollout engine that did not start."""
+    frames = (
+        ("fit", f"{T.VERL}/trainer/ppo/ray_trainer.py"),
+        ("update_weights", f"{T.VERL}/workers/engine_workers.py"),
+        ("update_weights_from_ipc", f"{T.VERL}/workers/rollout/vllm_rollout/utils.py"),
+        ("load_weights", "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/qwen2.py"),
+        ("weight_loader", "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/linear.py"),
+    )
+    ev = _ev(V.python_traceback("AssertionError", "param_data.shape == loaded_weight.shape", frames))
+    assert (ev.failure_class, ev.failed_in) == ("runtime", "training")

@@ -79,6 +79,12 @@ TRAINING = frozenset(
         "infer_batch",
         "train_mini_batch",
         "compute_advantage",
+        # the weight sync into the rollout engine each step (Bridge's export, then vLLM/SGLang's load)
+        "update_weights",
+        "_update_weights",
+        "update_weights_from_ipc",
+        "update_weights_from_tensor",
+        "sync_rollout_weights",
     }
 )
 # file-path roles for frames whose function name says little (`__init__`, `__post_init__`, `<module>`)
