@@ -23,6 +23,7 @@ import datetime
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,8 @@ def weekly_note(bridge: Path, values: dict[str, str]) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        description=f"{__doc__}\n{what_it_writes()}", formatter_class=argparse.RawDescriptionHelpFormatter
+        description=f"{__doc__}\n{textwrap.fill(what_it_writes(), 104, break_on_hyphens=False)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--bridge", type=Path, required=True, help="the Megatron-Bridge checkout to install into")
     ap.add_argument("--sha", required=True, help="the verl-e2e commit the callers pin (full 40-character SHA)")
@@ -222,7 +224,10 @@ def parser() -> argparse.ArgumentParser:
         if s.key in site.BOOLEAN:
             ap.add_argument(s.flag, dest=s.key, action=argparse.BooleanOptionalAction, default=None, help=s.help)
         else:
-            ap.add_argument(s.flag, dest=s.key, default=None, help=f"{s.help} (default: {s.default or 'none'})")
+            said = "default" in s.help or "required" in s.help
+            ap.add_argument(
+                s.flag, dest=s.key, default=None, help=s.help if said else f"{s.help} (default: {s.default or 'none'})"
+            )
     return ap
 
 
