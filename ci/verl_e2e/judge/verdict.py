@@ -201,10 +201,10 @@ def _deliverables(
     """The skill's five deliverables, from the checks (Blocked is the overall result, never one of these)."""
     by_name = {c.name: c for c in checks}
     ran = [p for p in phases if p.status != "not_run"]
-    run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", "no_nan", "weights_loaded")
-    shown_if_failed = ("no_nan", "weights_loaded")
+    checked = ("no_nan", "weights_loaded", *training.CHECK_CLASS)  # shown when they fail
+    run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", *checked)
     run_checks = [
-        by_name[n] for n in run_names if n in by_name and (n not in shown_if_failed or by_name[n].result == "Fail")
+        by_name[n] for n in run_names if n in by_name and (n not in checked or by_name[n].result == "Fail")
     ]
     run_ok = bool(ran) and all(c.result == "Pass" for c in run_checks)
     variant_checks = [
