@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_e2e.cli.progress import Progress
 from verl_e2e.errors import UsageError
 from verl_e2e.github.client import GitHubClient, repo_name
 from verl_e2e.github.gate import Context as GateContext
@@ -48,7 +49,9 @@ def add_commands(sub: Any) -> None:
         description="Aggregate every cell's verdict under RUN_DIR... and publish them. Repository, commit "
         "and run links default to the GitHub Actions environment (GITHUB_REPOSITORY, GITHUB_SHA, ...).",
     )
-    rep.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    rep.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or directories holding them (artifacts)"
+    )
     rep.add_argument("--plan", type=Path, help="plan.json, for the levels the rules skipped")
     rep.add_argument(
         "--section",
@@ -103,14 +106,28 @@ def add_commands(sub: Any) -> None:
         help="a workflow job's result (needs.<job>.result); failure or cancelled fails the report",
     )
 
-    react = sub.add_parser("react", help="react to a /verl-e2e comment (eyes on receipt, rocket on start)")
-    react.add_argument("comment_id", type=int)
-    react.add_argument("content", choices=("eyes", "rocket", "confused", "+1", "-1", "hooray", "heart", "laugh"))
+    react = sub.add_parser(
+        "react",
+        help="react to a /verl-e2e comment (eyes on receipt, rocket on start)",
+        description="Add a reaction to a pull request comment through the REST API (GITHUB_TOKEN): the comment "
+        "workflow says it saw a /verl-e2e command (eyes) and that the run started (rocket).",
+    )
+    react.add_argument("comment_id", type=int, help="the comment's id (github.event.comment.id)")
+    react.add_argument(
+        "content",
+        choices=("eyes", "rocket", "confused", "+1", "-1", "hooray", "heart", "laugh"),
+        help="the reaction",
+    )
     react.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
 
-    reply = sub.add_parser("reply", help="refuse a /verl-e2e comment: a confused reaction and a reply with the usage")
-    reply.add_argument("--pr", type=int, required=True)
-    reply.add_argument("--comment-id", type=int, required=True)
+    reply = sub.add_parser(
+        "reply",
+        help="refuse a /verl-e2e comment: a confused reaction and a reply with the usage",
+        description="Answer a /verl-e2e comment that cannot run: a confused reaction on it and a reply that "
+        "quotes the reason literally and shows the command's usage.",
+    )
+    reply.add_argument("--pr", type=int, required=True, help="the pull request's number")
+    reply.add_argument("--comment-id", type=int, required=True, help="the refused comment's id")
     reply.add_argument("--reason", required=True, help="what was wrong")
     reply.add_argument("--repo", help="owner/name (default: GITHUB_REPOSITORY)")
 
@@ -137,8 +154,10 @@ def add_commands(sub: Any) -> None:
         description="Re-judge both run dirs and say whether the failure is new in the change, already failing "
         "on the base (same failure class and first exception), a changed failure, or unknown.",
     )
-    cmp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    cmp.add_argument("base_run_dir", type=Path, metavar="BASE_RUN_DIR")
+    cmp.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the cell's run dir on the change")
+    cmp.add_argument(
+        "base_run_dir", type=Path, metavar="BASE_RUN_DIR", help="the same cell's run dir on the merge base"
+    )
 
     gate = sub.add_parser(
         "gate",
@@ -156,6 +175,9 @@ def add_commands(sub: Any) -> None:
     notice = sub.add_parser(
         "fork-notice",
         help="comment on a fork's pull request how a maintainer starts the run (the workflow_run publisher)",
+        description="Post (or update) the sticky note on a fork's pull request: its code does not run on the GPU "
+        "runners until a maintainer reviews it and comments /verl-e2e sha=<the SHA they reviewed>. The notice "
+        "file comes from the fork's run and is checked against the API before anything is posted.",
     )
     notice.add_argument("notice", type=Path, help="fork-notice.json from the fork's run (read as data)")
     notice.add_argument("--head-sha", required=True, help="github.event.workflow_run.head_sha")
@@ -166,7 +188,7 @@ def _repo(args: argparse.Namespace, env: Mapping[str, str]) -> str:
     return repo_name(args.repo, env)
 
 
-def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO) -> int:
+def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO, progress: Progress) -> int:
     request = ReportRequest(
         run_dirs=args.run_dirs,
         plan=args.plan,
@@ -189,7 +211,8 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
         baseline=args.baseline,
         section=_section(args.section),
     )
-    done = report(request, env, _sayer(stdout))
+    with progress.step("judging every run dir again, then publishing"):
+        done = report(request, env, _sayer(stdout))
     stdout.write(f"verl-e2e: {done.result} ({done.cells} cells)\n")
     if done.superseded:
         return 0
@@ -199,8 +222,9 @@ def cmd_report(args: argparse.Namespace, env: Mapping[str, str], stdout: TextIO)
     return 0 if done.result in ("Pass", "Skipped") else 1
 
 
-def cmd_compare(args: argparse.Namespace, stdout: TextIO) -> int:
-    here, base = judge_run_dir(args.run_dir), judge_run_dir(args.base_run_dir)
+def cmd_compare(args: argparse.Namespace, stdout: TextIO, progress: Progress) -> int:
+    with progress.step(f"judging {args.run_dir} and {args.base_run_dir}"):
+        here, base = judge_run_dir(args.run_dir), judge_run_dir(args.base_run_dir)
     result = compare(here, base)
     if result is None:
         stdout.write(f"{here.cell_id}: Pass here (the base: {base.result}); nothing to compare\n")

@@ -10,6 +10,7 @@ from typing import TextIO
 
 import yaml
 
+from verl_e2e.cli.progress import Progress
 from verl_e2e.config.cross_checks import semantic_problems
 from verl_e2e.config.matrix import default_matrix_path, load_matrix, stringify_keys
 from verl_e2e.config.schema_check import validate_document
@@ -54,17 +55,20 @@ def _signatures(matrix_path: str | None) -> tuple[Signature, ...]:
     return load_matrix(matrix_path).signatures
 
 
-def cmd_evidence(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def cmd_evidence(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, progress: Progress) -> int:
     sigs = _signatures(args.matrix)
     if args.log == "-":
-        ev = parse_stream(getattr(stdin, "buffer", None) or io.BytesIO(stdin.read().encode()), sigs)
+        with progress.step("reading the log from stdin"):
+            ev = parse_stream(getattr(stdin, "buffer", None) or io.BytesIO(stdin.read().encode()), sigs)
     elif Path(args.log).is_dir():
-        return _evidence_of_dir(Path(args.log), sigs, args.format, stdout)
+        with progress.step(f"reading the logs in {args.log}"):
+            return _evidence_of_dir(Path(args.log), sigs, args.format, stdout)
     else:
         path = Path(args.log)
         if not path.is_file():
             raise UsageError(f"evidence: {args.log}: no such file; pass the path of a verl console log or '-'")
-        ev = parse_file(path, sigs)
+        with progress.step(f"reading {path}"):
+            ev = parse_file(path, sigs)
     if args.format == "json":
         stdout.write(json.dumps(ev.to_json(), indent=2, sort_keys=True) + "\n")
     else:
@@ -88,11 +92,14 @@ def _evidence_of_dir(folder: Path, sigs: tuple[Signature, ...], fmt: str, stdout
     return 0
 
 
-def cmd_judge(args: argparse.Namespace, stdout: TextIO) -> int:
+def cmd_judge(args: argparse.Namespace, stdout: TextIO, progress: Progress) -> int:
     sigs = _signatures(args.matrix)
     if args.baseline and not Path(args.baseline).is_file():
         raise UsageError(f"judge: --baseline {args.baseline}: no such file; pass a known-good run's log")
-    verdicts = [judge_run_dir(path, args.baseline, sigs) for path in args.run_dirs]
+    verdicts = []
+    for i, path in enumerate(args.run_dirs, 1):
+        with progress.step(f"judging {path} ({i} of {len(args.run_dirs)})"):
+            verdicts.append(judge_run_dir(path, args.baseline, sigs))
     if args.format == "json":
         stdout.write(json.dumps([v.to_json() for v in verdicts], indent=2, sort_keys=True) + "\n")
     else:

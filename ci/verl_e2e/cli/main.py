@@ -1,6 +1,8 @@
-"""Command line: `verl-e2e plan | validate | families`. The only place that turns errors into exit codes.
+"""Command line: every `verl-e2e` command. The only place that turns errors into exit codes.
 
-Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matrix.yaml).
+Exit codes: 0 ok, 1 a run failed, 2 bad input (arguments, files, revisions, matrix.yaml). Every
+path is checked right after parsing (`paths`), and a file-system error that still escapes names
+its file in one line; slow steps report on stderr (`progress`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import NoReturn, TextIO
 import docker.errors
 
 from verl_e2e import __version__
-from verl_e2e.cli import base_cmd, github_cmd, inspect_cmd, run_cmd, surface_cmd
+from verl_e2e.cli import base_cmd, github_cmd, inspect_cmd, paths, run_cmd, surface_cmd
+from verl_e2e.cli.progress import Progress
 from verl_e2e.config.matrix import LEVELS, Matrix, load_matrix
 from verl_e2e.errors import UsageError, VerlE2EError
 from verl_e2e.plan import budget
@@ -136,11 +139,22 @@ def _build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--out", metavar="FILE", help="also write the JSON plan to FILE (the workflow's plan artifact)")
     plan.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
 
-    validate = sub.add_parser("validate", help="check a matrix.yaml against its schema and report every problem")
+    validate = sub.add_parser(
+        "validate",
+        help="check a matrix.yaml against its schema and report every problem",
+        description="Check a matrix.yaml (a site's copy, or the shipped one) against the JSON Schema shipped "
+        "with verl-e2e, then the checks across fields (families, runners, globs, patterns). Every problem is "
+        "reported at once as FILE::$.json.path: message. Exit 0 when valid, 2 otherwise.",
+    )
     validate.add_argument("path", nargs="?", help="matrix.yaml (default: the one shipped)")
 
-    families = sub.add_parser("families", help="list the model families and their checkpoints")
-    families.add_argument("--matrix", metavar="PATH")
+    families = sub.add_parser(
+        "families",
+        help="list the model families and their checkpoints",
+        description="List matrix.yaml's model families: the checkpoint each runs (or its dummy config) and "
+        "whether it is MoE, VLM or has MTP layers; use a name with `plan --family` or `/verl-e2e family=`.",
+    )
+    families.add_argument("--matrix", metavar="PATH", help="matrix.yaml to read (default: the one shipped)")
 
     evidence = sub.add_parser(
         "evidence",
@@ -158,7 +172,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Judge each run dir from its logs and records. Exit 0 when every cell passed or was "
         "skipped, 1 when any failed or was blocked.",
     )
-    judge.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    judge.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs written by run-cell (or by hand)")
     judge.add_argument("--baseline", metavar="LOG", help="a known-good run's log for the Level 5 trend")
     judge.add_argument("--format", choices=("text", "json"), default="text")
     judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
@@ -200,9 +214,17 @@ def _plan_request(args: argparse.Namespace, stdin: TextIO) -> PlanRequest:
     )
 
 
-def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO) -> int:
+def _planned(args: argparse.Namespace, matrix: Matrix, stdin: TextIO, progress: Progress) -> Plan:
+    """The plan of `plan` or `run`; reading a large checkout's history is a step that may take a while."""
+    with progress.step("reading the change and choosing levels"):
+        return make_plan(_plan_request(args, stdin), matrix)
+
+
+def _cmd_plan(
+    args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, stdout: TextIO, progress: Progress
+) -> int:
     matrix = load_matrix(args.matrix)
-    plan = make_plan(_plan_request(args, stdin), matrix)
+    plan = _planned(args, matrix, stdin, progress)
     if args.out:
         Path(args.out).write_text(render_json(plan), encoding="utf-8")
     if args.format == "json":
@@ -217,11 +239,13 @@ def _cmd_plan(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO, s
     return 0
 
 
-def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, progress: Progress) -> int:
     matrix = load_matrix(args.matrix)
     if not args.dry_run and (args.bridge is None or args.out is None):
         raise UsageError("run: --bridge PATH and --out DIR are needed to run cells (or pass --dry-run to see them)")
-    plan = make_plan(_plan_request(args, stdin), matrix)
+    plan = _planned(args, matrix, stdin, progress)
+    if args.bridge is not None:  # a dry run refuses what the run would refuse
+        run_cmd.bridge_at_planned_head(plan, args.bridge)
     stdout.write(render_text(plan, matrix))
     if not plan.cells:
         stdout.write("verl-e2e: nothing to run\n")
@@ -261,34 +285,36 @@ def main(
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
+        paths.check(args)
+        progress = Progress(stderr, f"verl-e2e {args.command}" if args.command else "verl-e2e")
         if args.command in ("run-cell", "run", "base-run"):
             slurm_container = getattr(args, "slurm_container", None)
             dry_run = bool(getattr(args, "dry_run", False))
             require_container_in_actions(args.command, args.backend, slurm_container, env, dry_run)
         if args.command == "plan":
-            return _cmd_plan(args, env, stdin, stdout)
+            return _cmd_plan(args, env, stdin, stdout, progress)
         if args.command == "validate":
             return inspect_cmd.cmd_validate(args, stdout)
         if args.command == "families":
             return inspect_cmd.cmd_families(args, stdout)
         if args.command == "evidence":
-            return inspect_cmd.cmd_evidence(args, stdin, stdout)
+            return inspect_cmd.cmd_evidence(args, stdin, stdout, progress)
         if args.command == "judge":
-            return inspect_cmd.cmd_judge(args, stdout)
+            return inspect_cmd.cmd_judge(args, stdout, progress)
         if args.command == "image":
             return run_cmd.cmd_image(args, stdout)
         if args.command == "run-cell":
             return run_cmd.cmd_run_cell(args, stdout)
         if args.command == "run":
-            return _cmd_run(args, stdin, stdout)
+            return _cmd_run(args, stdin, stdout, progress)
         if args.command == "base-run":
             return base_cmd.cmd_base_run(args, stdout)
         if args.command == "surface":
-            return surface_cmd.cmd_surface(args, stdout)
+            return surface_cmd.cmd_surface(args, stdout, progress)
         if args.command == "prefetch":
             return run_cmd.cmd_prefetch(args, env, stdout)
         if args.command == "report":
-            return github_cmd.cmd_report(args, env, stdout)
+            return github_cmd.cmd_report(args, env, stdout, progress)
         if args.command == "react":
             return github_cmd.cmd_react(args, env)
         if args.command == "reply":
@@ -296,7 +322,7 @@ def main(
         if args.command == "trigger":
             return github_cmd.cmd_trigger(args, env, stdout)
         if args.command == "compare":
-            return github_cmd.cmd_compare(args, stdout)
+            return github_cmd.cmd_compare(args, stdout, progress)
         if args.command == "gate":
             return github_cmd.cmd_gate(args, env, stdout)
         if args.command == "fork-notice":
@@ -315,6 +341,11 @@ def main(
     except KeyboardInterrupt:
         stderr.write("verl-e2e: interrupted\n")
         return 130
+    except OSError as exc:
+        if exc.filename is None:  # not a path's problem (a socket, a pipe): a bug to see in full
+            raise
+        stderr.write(f"verl-e2e: error: {exc.filename}: {exc.strerror or exc}; check the path and its permissions\n")
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from verl_e2e.config.matrix import load_matrix
 from verl_e2e.errors import UsageError
 from verl_e2e.judge.verdict import Verdict
 from verl_e2e.judge.verdict import render_text as render_verdict
+from verl_e2e.plan.contract import Plan
+from verl_e2e.plan.gitchanges import resolve_commit
 from verl_e2e.run import cachelayout, launch, slurm
 from verl_e2e.run.backends import docker_client
 from verl_e2e.run.image import DEFAULT_EXTRA_PIP, ensure_image, pullable_ref
@@ -41,7 +43,7 @@ def add_commands(sub: Any) -> None:
         help="print how cells should pull the ensured image: repository@sha256:digest where the registry "
         "gave one (a tag can be moved), else the tag",
     )
-    image.add_argument("--matrix", metavar="PATH")
+    image.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
 
     prefetch = sub.add_parser(
         "prefetch",
@@ -53,7 +55,7 @@ def add_commands(sub: Any) -> None:
     prefetch.add_argument("--cache-layout", choices=sorted(cachelayout.LAYOUTS), default="verl-e2e")
     prefetch.add_argument("--token-env", metavar="NAME", help="variable holding a hub token for gated models")
     prefetch.add_argument("--dry-run", action="store_true", help="list the downloads only")
-    prefetch.add_argument("--matrix", metavar="PATH")
+    prefetch.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
 
     cell = sub.add_parser(
         "run-cell",
@@ -74,8 +76,8 @@ def add_commands(sub: Any) -> None:
         "base, image or verl commit, runner labels, taken from --like, the change's own run dir) and copy it to "
         "--out; with --run, run it on the merge-base checkout (--bridge) when none is cached and keep it.",
     )
-    base.add_argument("cell", type=Path, metavar="PLAN_JSON")
-    base.add_argument("--cell-id", required=True)
+    base.add_argument("cell", type=Path, metavar="PLAN_JSON", help="the plan.json the change's cells came from")
+    base.add_argument("--cell-id", required=True, help="which cell of the plan to find or run on the merge base")
     base.add_argument("--like", type=Path, required=True, metavar="RUN_DIR", help="the change's run dir of the cell")
     base.add_argument("--merge-base", help="default: the plan's merge base")
     base.add_argument("--run", action="store_true", help="run the cell on the merge base when none is cached")
@@ -156,7 +158,7 @@ def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> N
         metavar="NAME=VALUE",
         help="container ulimit (default memlock=-1, stack=67108864); VALUE 'default' keeps the host's",
     )
-    p.add_argument("--matrix", metavar="PATH")
+    p.add_argument("--matrix", metavar="PATH", help="matrix.yaml to use (default: the one shipped)")
 
 
 def request_from(args: argparse.Namespace) -> CellRequest:
@@ -234,3 +236,23 @@ def finish(verdicts: list[Verdict], stdout: TextIO, table: bool = False) -> int:
 
 def cmd_run_cell(args: argparse.Namespace, stdout: TextIO) -> int:
     return finish([launch.run_one(request_from(args), load_matrix(args.matrix), stdout)], stdout)
+
+
+def bridge_at_planned_head(plan: Plan, bridge: Path) -> None:
+    """A plan made from git (--repo, --head) is for one Bridge commit; the checkout the cells mount
+    must be that commit, or the run tests a different Bridge than the one planned."""
+    head = str(plan.context.get("head") or "")
+    if not head:
+        return  # planned from a file list, a diff or an example: no commit to hold the checkout to
+    try:
+        at = resolve_commit(str(bridge), "HEAD")
+    except UsageError:
+        raise UsageError(
+            f"run: the plan is for Bridge {head[:12]}, but --bridge {bridge} is not a git checkout, so it cannot "
+            f"be shown to be that commit; pass a checkout at {head[:12]}"
+        ) from None
+    if at != head:
+        raise UsageError(
+            f"run: the plan is for Bridge {head[:12]} (--head), but --bridge {bridge} is at {at[:12]}; "
+            f"check out {head[:12]} there (git -C {bridge} checkout {head[:12]}) or plan the commit it is at"
+        )

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_e2e.cli.progress import Progress
 from verl_e2e.errors import UsageError
 from verl_e2e.plan import runtime, surface
 from verl_e2e.resources import data_dir
@@ -39,15 +40,18 @@ def add_command(sub: Any) -> None:
     p.add_argument("--out", type=Path, metavar="FILE", help="where to write it (default: the shipped index)")
 
 
-def cmd_surface(args: argparse.Namespace, stdout: TextIO) -> int:
+def cmd_surface(args: argparse.Namespace, stdout: TextIO, progress: Progress) -> int:
     if args.runs:
-        return _merge_runs(args, stdout)
+        return _merge_runs(args, stdout, progress)
     if args.bridge is None:
         raise UsageError("surface: pass --bridge DIR to rebuild the index, or --runs RUN_DIR ... to merge records")
     previous = surface.shipped()
-    built = surface.build(args.bridge, args.verl, previous)
+    what = f"--bridge {args.bridge}" + (f" and --verl {args.verl}" if args.verl else " (verl's imports kept)")
+    with progress.step(f"reading every module of {what} and following verl's imports (a minute or so)", slow=True):
+        built = surface.build(args.bridge, args.verl, previous)
     out = args.out or data_dir() / "surface.json"
-    out.write_text(json.dumps(surface.to_json(built), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    with progress.step(f"writing {out}"):
+        out.write_text(json.dumps(surface.to_json(built), indent=0, sort_keys=True) + "\n", encoding="utf-8")
     registered = sorted({a for archs in built.architectures.values() for a in archs})
     stdout.write(
         f"verl-e2e surface: {out}: verl {built.verl_commit[:12]} imports {len(built.verl_imports)} Bridge symbols; "
@@ -57,10 +61,11 @@ def cmd_surface(args: argparse.Namespace, stdout: TextIO) -> int:
     return 0
 
 
-def _merge_runs(args: argparse.Namespace, stdout: TextIO) -> int:
+def _merge_runs(args: argparse.Namespace, stdout: TextIO, progress: Progress) -> int:
     records = []
     for run_dir in args.runs:
-        ran = runtime.from_run_dir(run_dir)
+        with progress.step(f"reading {run_dir}/bridge-functions.json"):
+            ran = runtime.from_run_dir(run_dir)
         if ran is None:
             raise UsageError(f"surface --runs {run_dir}: needs cell.json, provenance.json and bridge-functions.json")
         if not ran.functions:
