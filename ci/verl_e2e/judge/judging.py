@@ -17,7 +17,7 @@ from verl_e2e import safefs
 from verl_e2e.config.matrix import load_matrix
 from verl_e2e.config.signatures import Signature
 from verl_e2e.errors import ConfigError
-from verl_e2e.judge import coverage, junit, likely
+from verl_e2e.judge import coverage, junit, likely, timing
 from verl_e2e.judge.blame import likely_follow_up
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.parallel import parse_file
@@ -184,6 +184,7 @@ def judge_run_dir(
         moe=_is_moe(run.cell.family),
     )
     verdict = _likely_first(verdict, evidences, changes)
+    verdict = replace(verdict, timings=timing.breakdown(run.provenance, run.phases, evidences))
     verdict = with_coverage(verdict, run.path)
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())

@@ -33,6 +33,10 @@ SERIES_KEYS = (
     "training/global_step",
     "rollout_corr/k3_kl",  # rollout engine vs trainer log-probs: does the rollout run the trained weights?
     "training/rollout_actor_probs_pearson_corr",
+    "timing_s/step",  # where a step's time went (judge/timing.py)
+    "timing_s/gen",
+    "timing_s/update_actor",
+    "timing_s/update_weights",
 )
 NAN_WATCHED = re.compile(r"loss|reward|score|kl|entropy|grad_norm|log_?prob|advantage")
 STEP = re.compile(r"step:(\d+)(?: - |\s*$)")

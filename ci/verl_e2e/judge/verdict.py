@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from verl_e2e.judge import training, weights
+from verl_e2e.judge import timing, training, weights
 from verl_e2e.judge.blame import Changes, compatibility_follow_up, culprit_phrase, megatron_limitation, megatron_source
 from verl_e2e.judge.checks import Check, bridge_import, build_checks
 from verl_e2e.judge.evidence import Evidence
@@ -73,12 +73,10 @@ class Verdict:
     exception: str | None = None  # the root exception of the first failed phase, "Type: message"
     comparison: dict[str, str] | None = None  # against the merge base (`regression.compare`), if known
     coverage: dict[str, Any] | None = None  # the PR's changed functions it executed (`coverage.measure`)
+    timings: dict[str, Any] | None = None  # where the time went (`timing.breakdown`)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# --------------------------------------------------------------------------------------------- judging
 
 
 def _failure(phases: Sequence[PhaseRun], evidences: Mapping[str, Evidence]) -> tuple[str, str | None, str]:
@@ -203,9 +201,7 @@ def _deliverables(
     ran = [p for p in phases if p.status != "not_run"]
     checked = ("no_nan", "weights_loaded", *training.CHECK_CLASS)  # shown when they fail
     run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", *checked)
-    run_checks = [
-        by_name[n] for n in run_names if n in by_name and (n not in checked or by_name[n].result == "Fail")
-    ]
+    run_checks = [by_name[n] for n in run_names if n in by_name and (n not in checked or by_name[n].result == "Fail")]
     run_ok = bool(ran) and all(c.result == "Pass" for c in run_checks)
     variant_checks = [
         c for c in checks if c.name in ("saves", "resume", "no_nan", "grad_norm_nonzero", "learning_signal")
@@ -374,7 +370,11 @@ def render_text(v: Verdict) -> str:
             if v.comparison
             else []
         ),
-        *([f"- Changed code: {v.coverage['summary']}"] if v.coverage else []),
+        *(
+            f"- {k}: {x}"
+            for k, x in (("Changed code", (v.coverage or {}).get("summary")), ("Time", timing.line(v.timings)))
+            if x
+        ),
         f"- Command: {v.command or 'not recorded'}",
         f"- Key lines: {'; '.join(v.key_lines) or 'none'}",
         "Limitations:",

@@ -1,0 +1,67 @@
+"""Where a cell's time went: the driver's own set-up steps, each phase's start-up, and its PPO steps.
+
+A Level 0 cell on a tiny model spends most of its wall time before the first step (Ray, vLLM, three
+Megatron models built through Bridge), and a PR author waiting on it wants to know that the step
+itself is not the slow part. The driver stamps each of its steps (`provenance.json` "steps"), the
+phases record their wall time, and verl logs `timing_s/step` and its parts per step; the difference
+between a phase's wall time and the sum of its steps is its start-up and shutdown.
+
+Pure: records in, a small dict out (part of verdict.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from verl_e2e.judge.evidence import Evidence
+from verl_e2e.judge.rundir import PhaseRun
+
+PARTS = ("timing_s/gen", "timing_s/update_actor", "timing_s/update_weights")
+
+
+def breakdown(
+    provenance: Mapping[str, Any], phases: Sequence[PhaseRun], evidences: Mapping[str, Evidence]
+) -> dict[str, Any] | None:
+    """{"setup_s", "phases": [{"name", "wall_s", "steps", "steps_s", "startup_s", "gen_s", ...}]}, or None."""
+    recorded = provenance.get("steps")
+    steps = [s for s in recorded if isinstance(s, Mapping)] if isinstance(recorded, list) else []
+    setup = sum(float(s["duration_s"]) for s in steps if _num(s.get("duration_s")))
+    out: list[dict[str, Any]] = []
+    for phase in phases:
+        if phase.duration_s is None:
+            continue
+        ev = evidences.get(phase.name)
+        series = ev.series if ev is not None else {}
+        step_times = [v for _, v in series.get("timing_s/step", [])]
+        row: dict[str, Any] = {"name": phase.name, "wall_s": round(phase.duration_s, 1), "steps": len(step_times)}
+        if step_times:
+            row["steps_s"] = round(sum(step_times), 1)
+            row["startup_s"] = round(max(0.0, phase.duration_s - sum(step_times)), 1)
+            for key in PARTS:
+                values = [v for _, v in series.get(key, [])]
+                if values:
+                    row[key.split("/", 1)[1] + "_s"] = round(sum(values), 1)
+        out.append(row)
+    if not out and not setup:
+        return None
+    return {"setup_s": round(setup, 1), "phases": out}
+
+
+def _num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def line(timings: Mapping[str, Any] | None) -> str | None:
+    """One sentence: "set-up 41 s; run 380 s = start-up 299 s + 1 step 81 s (generation 33 s)"."""
+    if not timings:
+        return None
+    parts = [f"set-up {timings.get('setup_s', 0):.0f} s"]
+    for row in timings.get("phases", []):
+        text = f"{row['name']} {row['wall_s']:.0f} s"
+        if row.get("steps"):
+            text += f" = start-up and shutdown {row['startup_s']:.0f} s + {row['steps']} step(s) {row['steps_s']:.0f} s"
+            if "gen_s" in row:
+                text += f" (generation {row['gen_s']:.0f} s)"
+        parts.append(text)
+    return "; ".join(parts)

@@ -1,0 +1,31 @@
+"""Where a cell's time went, read from a real run dir (fixture 09: Level 0 on the tiny Qwen2, one H200)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from verl_e2e.judge import timing
+from verl_e2e.judge.judging import judge_run_dir
+from verl_e2e.judge.verdict import render_text
+
+RUN = Path(__file__).parent / "fixtures" / "real-runs" / "09-pass-level0-defaults-megatron-fallback"
+
+
+def test_a_real_level0_spends_most_of_its_time_before_the_step(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    verdict = judge_run_dir(run)
+    assert verdict.timings is not None
+    (phase,) = verdict.timings["phases"]
+    # phases.json: 379.6 s of wall time; verl's timing_s/step: 80.9 s, of which generation 32.6 s
+    assert (phase["wall_s"], phase["steps"], phase["steps_s"], phase["gen_s"]) == (379.6, 1, 80.9, 32.6)
+    assert phase["startup_s"] == 298.7
+    assert "- Time: set-up 0 s; run 380 s = start-up and shutdown 299 s + 1 step(s) 81 s (generation 33 s)" in (
+        render_text(verdict)
+    )
+
+
+def test_no_records_no_timings() -> None:
+    assert timing.breakdown({}, [], {}) is None
+    assert timing.line(None) is None
