@@ -136,3 +136,37 @@ def test_the_probe_records_what_each_optimizer_step_did(tmp_path: Path) -> None:
     moved = {s["optimizer"]: s["update_norm"] for s in steps if s["step"] == 3}
     assert moved[1] > 0 and moved[2] == 0.0
     assert {s["phase"] for s in steps} == {"run"} and all(s["grad_norm"] > 0 for s in steps)
+
+
+def test_an_import_failure_before_ray_names_the_changed_line(tmp_path: Path) -> None:
+    """What the driver records when a module verl imports fails (provenance: setup_failure + the import
+    check's frames), judged with the PR's changed lines: a Fail that names the PR's line."""
+    from verl_e2e.config.matrix import load_matrix
+    from verl_e2e.judge.judging import judge_run_dir
+
+    from .rundirs import cell_for, write_run_dir
+
+    cell = cell_for(load_matrix(), 0)
+    run = write_run_dir(tmp_path / "run", cell, {})
+    provenance = json.loads((run / "provenance.json").read_text())
+    where = "/node/bridges/x/src/megatron/bridge/peft/utils.py"
+    reason = (
+        "`import megatron.bridge.peft.utils` (verl imports it) failed before Ray started: ImportError: cannot "
+        "import name 'str_to_torch_dtype' at src/megatron/bridge/peft/utils.py:46 in <module>"
+    )
+    provenance["setup_failure"] = {"step": "imports", "class": "model_build", "reason": reason}
+    provenance["import_check"] = {
+        "modules": {
+            "megatron.bridge.peft.utils": {
+                "type": "ImportError",
+                "message": "cannot import name 'str_to_torch_dtype'",
+                "in_bridge": True,
+                "frames": [{"file": where, "line": 46, "function": "<module>"}],
+            }
+        }
+    }
+    (run / "provenance.json").write_text(json.dumps(provenance))
+    (run / "changes.json").write_text(json.dumps({"lines": {"src/megatron/bridge/peft/utils.py": [[46, 46]]}}))
+    verdict = judge_run_dir(run)
+    assert (verdict.result, verdict.failure_class) == ("Fail", "model_build")
+    assert "in code this PR changed: `src/megatron/bridge/peft/utils.py:46`" in verdict.headline, verdict.headline

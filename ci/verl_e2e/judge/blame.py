@@ -50,6 +50,11 @@ def _in_change(located: Mapping[str, Any], changes: Changes) -> str | None:
     return None
 
 
+def frames_phrase(frames: list[dict[str, Any]], changes: Changes | None) -> str | None:
+    """`_in_change` for frames recorded outside a log (the driver's import check), innermost last."""
+    return _in_change({"bridge_frames": frames}, changes) if changes else None
+
+
 def likely_cause(ev: Evidence | None, changes: Changes | None) -> likely.Likely | None:
     """A default this PR changed that the failing path reads, where the failing frame is not the PR's."""
     located = ev.culprit if ev is not None else None

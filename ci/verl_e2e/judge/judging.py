@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from verl_e2e.config.matrix import load_matrix
 from verl_e2e.config.signatures import Signature
 from verl_e2e.errors import ConfigError
 from verl_e2e.judge import coverage, junit, likely, timing
-from verl_e2e.judge.blame import likely_follow_up
+from verl_e2e.judge.blame import Changes, frames_phrase, likely_follow_up
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.parallel import parse_file
 from verl_e2e.judge.rundir import load_run_dir, write_json
@@ -75,6 +75,28 @@ def _ran(run_dir: Path) -> list[tuple[str, str]] | None:
         for i in items or []
         if isinstance(i, dict) and isinstance(i.get("file"), str) and isinstance(i.get("qualname"), str)
     ]
+
+
+def _import_culprit(verdict: Verdict, provenance: Mapping[str, Any], changes: Changes | None) -> Verdict:
+    """A Bridge module verl imports that failed before Ray started (the driver's import check): where its
+    traceback ran through a line this PR changed, the headline says so, as for a failure in a log."""
+    failure = provenance.get("setup_failure")
+    if not isinstance(failure, Mapping) or failure.get("step") != "imports" or verdict.result != "Fail":
+        return verdict
+    modules = (provenance.get("import_check") or {}).get("modules") or {}
+    errors = (
+        [e for e in modules.values() if isinstance(e, Mapping) and e.get("in_bridge")]
+        if isinstance(modules, Mapping)
+        else []
+    )
+    root = "src/megatron/bridge/"
+    frames = [
+        {"path": f["file"][f["file"].index(root) :], "line": f.get("line"), "function": f.get("function", "")}
+        for f in (errors[0].get("frames") or [] if errors else [])
+        if isinstance(f, Mapping) and isinstance(f.get("file"), str) and root in f["file"]
+    ]
+    phrase = frames_phrase(frames, changes)
+    return replace(verdict, headline=verdict.headline + phrase) if phrase else verdict
 
 
 def _updates(run_dir: Path) -> dict[str, Any] | None:
@@ -185,6 +207,7 @@ def judge_run_dir(
     )
     verdict = _likely_first(verdict, evidences, changes)
     verdict = replace(verdict, timings=timing.breakdown(run.provenance, run.phases, evidences))
+    verdict = _import_culprit(verdict, run.provenance, _changes(run.path))
     verdict = with_coverage(verdict, run.path)
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())
