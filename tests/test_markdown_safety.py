@@ -75,7 +75,7 @@ def _hostile_verdict(result: str) -> Verdict:
         "in `f`)",
         deliverables=[Deliverable("verl Megatron backend run", "Fail", HOSTILE)],
         key_lines=[HOSTILE, "training/global_step:1"],
-        limitations=[HOSTILE, KNOWN + HOSTILE],
+        limitations=[HOSTILE, KNOWN + HOSTILE, "Megatron-Core: " + HOSTILE],
         follow_ups=[HOSTILE],
         command=HOSTILE,
         exception=f"RuntimeError: {HOSTILE}",

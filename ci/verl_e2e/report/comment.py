@@ -51,11 +51,13 @@ def brief(v: Verdict) -> str:
     """A failing cell's block: which deliverables failed and what to do. The row above has its cause
     and culprit (the cause is repeated in full only where the row had to cut it); its limitations
     are in the shared list; its key lines and the rest are in the job summary and its run dir."""
-    cause = culprit(v).cause
-    lines = [f"Cause in full: {v.headline.split(': ', 1)[-1]}"] if len(cause) > CAUSE_CHARS else []
+    found = culprit(v)
+    lines = [f"Cause in full: {v.headline.split(': ', 1)[-1]}"] if len(found.cause) > CAUSE_CHARS else []
     failed = [d for d in v.deliverables if d.result == "Fail"]
     lines += ["Failed deliverables:", *(f"- {d.name}: {d.detail}" for d in failed)] if failed else []
-    lines += ["Follow-ups:", *(f"- {x}" for x in v.follow_ups or ["none"])]
+    # a follow-up that only points at the frame the row names already (the judge's "look first at") is left out
+    follow = [x for x in v.follow_ups if not (found.where and x.replace("`", "").endswith(found.where))]
+    lines += ["Follow-ups:", *(f"- {x}" for x in follow or ["see the row above"])]
     return (
         f"<details><summary>{ICON.get(v.result, '')} {html_code(v.cell_id)}: {v.result}</summary>\n\n"
         f"{block(chr(10).join(lines))}\n\n</details>"

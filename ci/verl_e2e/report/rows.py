@@ -18,7 +18,7 @@ from verl_e2e.report.regression import says
 
 ICON = {"Pass": "✅", "Fail": "❌", "Blocked": "⛔", "Skipped": "⏭️", "Not requested": "·"}
 ORDER = {"Fail": 0, "Blocked": 1, "Pass": 2, "Skipped": 3}
-CAUSE_CHARS = 160  # the cause beside the culprit is cut here; the full headline is in the details
+CAUSE_CHARS = 240  # the cause beside the culprit is cut here; the block below repeats it whole only then
 
 _CHANGED_LINE, _CHANGED_FUNCTION, _UNCHANGED = (
     "a line this PR changed",

@@ -88,11 +88,24 @@ def headline(verdicts: Sequence[Verdict], ctx: Context) -> list[str]:
     return ([title, "", line] if line else [title]) + compat_notice(verdicts)
 
 
+CORE = "Megatron-Core: "  # the judge's limitation when the PR's pinned Megatron-LM did not run
+
+
+def _about_core(text: str) -> bool:
+    return text.startswith((KNOWN, CORE))
+
+
 def compat_notice(verdicts: Sequence[Verdict]) -> list[str]:
-    """Once at the top: the cells ran a fallback Megatron-Core because the pinned one is known not to
-    run with this verl (pre-existing on the base branch), so no one reads the PR's cells as testing it."""
-    known = sorted({x.removeprefix(KNOWN) for v in verdicts for x in v.limitations if x.startswith(KNOWN)})
-    return [line for text in known for line in ("", f"> [!NOTE]\n> **Megatron-Core:** {span(text, table=False)}")]
+    """Once at the top: which Megatron-Core the cells ran when it was not the PR's pinned one, and why
+    (a fallback because the pinned one is known not to run with this verl, pre-existing on the base
+    branch), so no one reads the PR's cells as testing it. Said here, never again per cell."""
+    found = {x for v in verdicts for x in v.limitations if _about_core(x)}
+    texts = sorted(x.removeprefix(KNOWN) for x in found if x.startswith(KNOWN))
+    texts += sorted(x.removeprefix(CORE) for x in found if x.startswith(CORE))
+    if not texts:
+        return []
+    quoted = "\n>\n> ".join(span(text, table=False) for text in texts)
+    return ["", f"> [!NOTE]\n> **Megatron-Core:** {quoted}"]
 
 
 def _ran_with(verdicts: Sequence[Verdict]) -> str:
@@ -109,11 +122,11 @@ def _ran_with(verdicts: Sequence[Verdict]) -> str:
 
 def limitations(verdicts: Sequence[Verdict]) -> list[str]:
     """Every cell's limitations in one list, each said once: those every cell shares plainly, the
-    others with the cells they belong to. The compatibility note is already at the top."""
+    others with the cells they belong to. Which Megatron-Core ran is in the note at the top."""
     carriers: dict[str, list[int]] = {}
     for i, v in enumerate(verdicts):
         for text in v.limitations:
-            if not text.startswith(KNOWN) and i not in carriers.setdefault(text, []):
+            if not _about_core(text) and i not in carriers.setdefault(text, []):
                 carriers[text].append(i)
     if not carriers:
         return []
