@@ -170,3 +170,5 @@ def test_an_import_failure_before_ray_names_the_changed_line(tmp_path: Path) -> 
     verdict = judge_run_dir(run)
     assert (verdict.result, verdict.failure_class) == ("Fail", "model_build")
     assert "in code this PR changed: `src/megatron/bridge/peft/utils.py:46`" in verdict.headline, verdict.headline
+    imported = next(d for d in verdict.deliverables if d.name == "Local Bridge import in verl")
+    assert imported.result == "Fail" and "str_to_torch_dtype" in imported.detail

@@ -32,7 +32,11 @@ def _bridge_tests(tests: Mapping[str, Any] | None) -> Check:
 
 
 def bridge_import(provenance: Mapping[str, Any], evidences: Sequence[Evidence]) -> tuple[Check, bool]:
-    """(check, wrong_bridge). Both the driver and a Ray worker must import the mounted checkout."""
+    """(check, wrong_bridge). Both the driver and a Ray worker must import the mounted checkout, and the
+    driver's import of every Bridge module verl imports must have succeeded."""
+    failure = provenance.get("setup_failure") or {}
+    if failure.get("step") == "imports" and failure.get("class") != "setup":
+        return Check("local_bridge_import", "Fail", str(failure.get("reason", "the import failed"))), False
     recorded: dict[str, str] = {}
     processes: list[str] = []
     for ev in evidences:
