@@ -137,3 +137,13 @@ def test_level0_reads_the_rollout_figures_verl_logs(tmp_path: Path, matrix: Matr
     run = write_run_dir(tmp_path / "run", cell, {"run": log}, bridge_tests=TESTS_OK)
     verdict = judge_run_dir(run)
     assert (verdict.result, verdict.failure_class) == ("Fail", "rollout_weights"), verdict.headline
+
+
+def test_level5_names_its_task_files_where_the_site_mounts_the_cache(matrix: Matrix) -> None:
+    """matrix.yaml writes `{datasets}`; the cell carries the container path, args included."""
+    cell = cell_for(matrix, 5)
+    env, args = cell.phases[0].env, cell.phases[0].args
+    datasets = matrix.defaults.container_paths["datasets"]
+    assert env["TRAIN_FILES"] == f"{datasets}/arith/train.parquet" and env["ADV_ESTIMATOR"] == "grpo"
+    assert f"reward.custom_reward_function.path={datasets}/arith/reward.py" in args
+    assert not any("{" in a for a in args) and not any("{" in v for v in env.values())
