@@ -1,0 +1,355 @@
+"""tools/make_tiny_model.py: the shrink rules on config dicts (always), and three real builds that load back
+and run (only where torch and transformers are installed: CI has neither by default, the GPU node has both)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("make_tiny_model", ROOT / "tools/make_tiny_model.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_tiny_model"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+mtm = _load()
+
+
+# --- pure rules: no torch ---------------------------------------------------------------------------------
+
+
+def test_dense_defaults_shrink_to_two_narrow_layers_and_the_tokenizer_vocabulary() -> None:
+    llama = {
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_position_embeddings": 131072,
+        "bos_token_id": 128000,
+        "eos_token_id": 128001,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+    }
+    over, notes = mtm.shrink_overrides(llama, 1024, eos=2, pad=0)
+    assert over == {
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "max_position_embeddings": 2048,
+        "bos_token_id": None,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    }
+    assert notes == []
+
+
+def test_multi_head_stays_multi_head_and_an_unset_kv_count_is_written_out() -> None:
+    assert mtm.shrink_overrides({"num_attention_heads": 32, "num_key_value_heads": 32}, 1024)[0] == {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    }
+    assert mtm.shrink_overrides({"num_attention_heads": 48, "num_key_value_heads": None}, 1024)[0] == {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    }
+    assert mtm.shrink_overrides({"num_attention_heads": 16, "num_key_value_heads": 1}, 1024)[0] == {
+        "num_attention_heads": 4
+    }
+
+
+def test_deepseek_moe_keeps_one_dense_layer_one_group_and_the_mla_head_shapes() -> None:
+    deepseek = {
+        "vocab_size": 129280,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "n_group": 8,
+        "topk_group": 4,
+        "first_k_dense_replace": 3,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "head_dim": 64,
+    }
+    over, _ = mtm.shrink_overrides(deepseek, 1024)
+    assert over["n_routed_experts"] == 8 and over["num_experts_per_tok"] == 2
+    assert over["n_group"] == 1 and over["topk_group"] == 1
+    assert over["first_k_dense_replace"] == 1 and over["num_hidden_layers"] == 2
+    assert over["moe_intermediate_size"] == 128 and over["q_lora_rank"] == 128
+    for kept in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_shared_experts"):
+        assert kept not in over
+
+
+def test_a_periodic_layer_pattern_keeps_one_whole_period() -> None:
+    pattern = (["linear_attention"] * 3 + ["full_attention"]) * 12
+    over, _ = mtm.shrink_overrides({"num_hidden_layers": 48, "layer_types": pattern}, 1024)
+    assert over == {"num_hidden_layers": 4, "layer_types": pattern[:4]}
+    gemma3 = (["sliding_attention"] * 5 + ["full_attention"]) * 4 + ["sliding_attention"] * 2
+    assert mtm.shrink_overrides({"num_hidden_layers": 26, "layer_types": gemma3}, 1024)[0]["num_hidden_layers"] == 6
+
+
+def test_a_leading_block_of_dense_layers_shrinks_to_one() -> None:
+    mlp = ["dense"] * 3 + ["sparse"] * 75
+    attn = ["deepseek_sparse_attention"] * 78
+    over, _ = mtm.shrink_overrides(
+        {"num_hidden_layers": 78, "mlp_layer_types": mlp, "layer_types": attn, "first_k_dense_replace": 3}, 1024
+    )
+    assert over["mlp_layer_types"] == ["dense", "sparse"]
+    assert over["layer_types"] == attn[:2]
+    assert over["first_k_dense_replace"] == 1 and over["num_hidden_layers"] == 2
+
+
+def test_a_hybrid_pattern_string_and_a_pattern_too_long_are_cut_with_a_note() -> None:
+    over, notes = mtm.shrink_overrides({"num_hidden_layers": 12, "hybrid_override_pattern": "MMMMMMMMM*-E"}, 1024)
+    assert over == {"num_hidden_layers": 4, "hybrid_override_pattern": "M*-E"}
+    assert notes == []
+    over, notes = mtm.shrink_overrides({"num_hidden_layers": 12, "hybrid_override_pattern": "M-M-M-M-M-*E"}, 1024)
+    assert over == {"num_hidden_layers": 8, "hybrid_override_pattern": "M-M-M-M-"}
+    assert notes == ["num_hidden_layers: the layer pattern needs 12 layers, cut to 8"]
+
+
+def test_vlm_sub_configs_shrink_with_a_narrower_tower_that_still_feeds_the_lm() -> None:
+    vl = {
+        "image_token_id": 151655,
+        "vision_start_token_id": 151652,
+        "text_config": {
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "num_hidden_layers": 28,
+            "intermediate_size": 6144,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5e6},
+        },
+        "vision_config": {
+            "depth": 27,
+            "hidden_size": 1152,
+            "out_hidden_size": 2048,
+            "num_heads": 16,
+            "intermediate_size": 4304,
+            "deepstack_visual_indexes": [8, 16, 24],
+            "patch_size": 16,
+        },
+    }
+    over, _ = mtm.shrink_overrides(vl, 1024, mrope=[24, 20, 20])
+    vision = over["vision_config"]
+    assert vision == {
+        "depth": 2,
+        "hidden_size": 128,
+        "out_hidden_size": 256,
+        "num_heads": 2,
+        "intermediate_size": 256,
+        "deepstack_visual_indexes": [0, 1],
+    }
+    text = over["text_config"]
+    assert text["hidden_size"] == 256 and text["num_hidden_layers"] == 2
+    # M-RoPE's split follows the head: 64 / 2 = 32 rotary pairs, in the proportions of [24, 20, 20]
+    assert text["rope_parameters"] == {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [12, 10, 10]}
+    # multimodal token ids past the new vocabulary move into its padded tail, one id each
+    assert {over["image_token_id"], over["vision_start_token_id"]} == {1023, 1022}
+
+
+def test_mrope_sections_follow_a_partial_rotary_head() -> None:
+    text = {
+        "vocab_size": 248320,
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 8,
+        "head_dim": 256,
+        "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25},
+    }
+    over, _ = mtm.shrink_overrides({"text_config": text}, 1024, mrope=[11, 11, 10])
+    assert over["text_config"]["rope_parameters"]["mrope_section"] == [3, 3, 2]  # 64 * 0.25 / 2 = 8
+    assert mtm.scale_sections([16, 24, 24], 16) == [4, 6, 6]
+
+
+def test_per_layer_settings_keyed_by_layer_keep_the_layers_that_remain_and_shrink_too() -> None:
+    layer_types = (["sliding_attention"] * 5 + ["full_attention"]) * 5
+    gemma4 = {
+        "num_hidden_layers": 30,
+        "layer_types": layer_types,
+        "head_dim": 256,
+        "per_layer_config": {str(i): {"head_dim": 512} for i in (5, 11, 17, 23, 29)},
+    }
+    over, _ = mtm.shrink_overrides(gemma4, 1024)
+    assert over["num_hidden_layers"] == 6
+    assert over["per_layer_config"] == {"5": {"head_dim": 64}}
+    merged = mtm.deep_merge(gemma4, over)
+    assert merged["per_layer_config"] == {"5": {"head_dim": 64}}  # replaced whole, not merged key by key
+
+
+def test_mamba_mixer_heads_and_groups_stay_consistent() -> None:
+    falcon = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "mamba_n_heads": 128,
+        "mamba_d_head": 8,
+        "mamba_d_ssm": 1024,
+        "mamba_n_groups": 4,
+    }
+    over, _ = mtm.shrink_overrides(falcon, 1024)
+    assert over["mamba_n_heads"] == 8 and over["mamba_n_groups"] == 1
+    assert over["mamba_d_ssm"] == 8 * 8
+
+
+def test_moe_and_mtp_switches_land_in_the_language_model_config() -> None:
+    gemma4 = {
+        "num_hidden_layers": 30,
+        "vocab_size": 262144,
+        "num_experts": None,
+        "top_k_experts": None,
+        "moe_intermediate_size": None,
+        "enable_moe_block": False,
+    }
+    assert mtm.moe_overrides(gemma4) == {
+        "num_experts": 8,
+        "top_k_experts": 2,
+        "moe_intermediate_size": 128,
+        "enable_moe_block": True,
+    }
+    assert mtm.mtp_overrides({"num_hidden_layers": 61, "vocab_size": 1, "num_nextn_predict_layers": 0}) == {
+        "num_nextn_predict_layers": 1
+    }
+    qwen35_vl = {"text_config": {"num_hidden_layers": 24, "vocab_size": 1}, "vision_config": {"depth": 12}}
+    assert mtm.mtp_overrides(qwen35_vl) == {"mtp_num_hidden_layers": 1, "text_config": {"mtp_num_hidden_layers": 1}}
+
+
+def test_families_come_from_matrix_yaml_and_provider_only_ones_borrow_an_architecture() -> None:
+    families = mtm.load_families(yaml.safe_load((ROOT / "matrix.yaml").read_text()))
+    assert families["qwen3_moe"].architectures == ("Qwen3MoeForCausalLM",)
+    assert families["qwen35_vl_moe"].kinds == ("moe", "mtp", "vlm")
+    assert families["mamba"].borrowed_from == "nemotronh"
+    assert families["mamba"].architectures == ("NemotronHForCausalLM",)
+    assert mtm.padded_vocab(985) == 1024 and mtm.padded_vocab(1024) == 1024
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert mtm.main([str(tmp_path), "--tokenizer", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no tokenizer_config.json" in err[0]
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")
+    assert mtm.main([str(tmp_path), "--tokenizer", str(tmp_path / "tok"), "--family", "qwen3moe"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "make_tiny_model: unknown family 'qwen3moe' (matrix.yaml has "
+        f"{len(yaml.safe_load((ROOT / 'matrix.yaml').read_text())['families'])}); did you mean 'qwen3_moe'?"
+    ]
+
+
+# --- real builds: torch and transformers ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    torch = pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
+    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("tiny")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["Tom has 3 apples and buys 4 more.", "How many pens are there in total?"] * 4, trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(
+        root / "tokenizer"
+    )
+    report = root / "report.json"
+    rc = mtm.main(
+        [
+            str(root / "out"),
+            "--tokenizer",
+            str(root / "tokenizer"),
+            "--report",
+            str(report),
+            "--family",
+            "qwen",
+            "--family",
+            "qwen3_moe",
+            "--family",
+            "deepseek_v3",
+        ]
+    )
+    doc = json.loads(report.read_text())
+    assert rc == 0, doc
+    return root / "out", {r["family"]: r for r in doc["families"]}
+
+
+@pytest.mark.parametrize(
+    ("family", "architecture", "layers", "low", "high"),
+    [
+        ("qwen", "Qwen2ForCausalLM", 2, 500_000, 4_000_000),
+        ("qwen3_moe", "Qwen3MoeForCausalLM", 2, 1_000_000, 6_000_000),
+        ("deepseek_v3", "DeepseekV3ForCausalLM", 2, 2_000_000, 12_000_000),
+    ],
+)
+def test_a_built_family_loads_back_and_runs_eight_tokens(
+    built: tuple[Path, dict[str, Any]], family: str, architecture: str, layers: int, low: int, high: int
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out, rows = built
+    row = rows[family]
+    assert row["ok"], row["error"]
+    assert low <= row["params"] <= high
+    assert row["mb"] < 30
+    config = json.loads((out / family / "config.json").read_text())
+    assert config["architectures"] == [architecture]
+    assert config["num_hidden_layers"] == layers
+    assert (out / family / "tokenizer.json").is_file()
+    model = AutoModelForCausalLM.from_pretrained(out / family)
+    assert type(model).__name__ == architecture
+    with torch.no_grad():
+        logits = model(input_ids=torch.randint(0, 250, (1, 8))).logits
+    assert logits.shape == (1, 8, config["vocab_size"])
+    assert torch.isfinite(logits.float()).all()
+
+
+def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, Any]]) -> None:
+    from safetensors import safe_open
+
+    out, rows = built
+    assert rows["deepseek_v3"]["overrides"]["num_nextn_predict_layers"] == 1
+    with safe_open(str(out / "deepseek_v3" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    for part in ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "mlp.gate.weight"):
+        assert f"model.layers.2.{part}" in names  # layers.{num_hidden_layers}: the MTP layer, as DeepSeek-V3 ships it
