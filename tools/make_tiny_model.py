@@ -583,7 +583,7 @@ def _config_kwargs(obj: Any, merged: Mapping[str, Any], over: Mapping[str, Any])
         if isinstance(sub, PretrainedConfig) and isinstance(v, Mapping):
             sub_over = over.get(k)
             out[k] = _config_kwargs(sub, v, sub_over if isinstance(sub_over, Mapping) else {})
-        elif names is None or k in names or k in over:
+        elif names is None or k in names or k in over or k == "model_type":  # a parent picks a sub-config's class by it
             out[k] = v
     return out
 
