@@ -341,6 +341,9 @@ def check_environment(rec: Recorder, cell: dict, pythonpath: str) -> tuple[list[
     engine = cell["phases"][0]["env"].get("ENGINE", "vllm")
     info = preflight.lookup(pythonpath, engine)
     overrides, limitations, notes, blocking = preflight.decide(info, preflight.checkpoints(cell))
+    env, env_limitations, env_notes = preflight.environment(info)
+    rec.overrides.update(env)  # every phase's environment (run_phases)
+    limitations, notes = limitations + env_limitations, notes + env_notes
     rec.provenance["environment"] = {
         "found": info.get("found", {}),
         "megatron_core": info.get("megatron_core"),

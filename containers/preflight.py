@@ -58,6 +58,17 @@ OPTIONAL = {
     ),
 }
 
+# module -> (what is missing, environment that avoids it, limitation recorded): vLLM's model runner
+# (V2, the default for some architectures such as Llama) imports FlashInfer for its sampler unless
+# told not to, and an environment without FlashInfer then fails at engine start-up
+OPTIONAL_ENV = {
+    "flashinfer": (
+        "FlashInfer",
+        {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+        "vLLM samples without FlashInfer (VLLM_USE_FLASHINFER_SAMPLER=0): flashinfer is not installed",
+    ),
+}
+
 LOOKUP_SNIPPET = r"""
 import importlib.util, json, sys, glob, os, re
 names = json.loads(sys.argv[1])
@@ -220,7 +231,7 @@ def check_imports(pythonpath: str, mode: str, timeout: float) -> tuple[dict, str
 
 def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
     """The environment as found: module origins, Megatron-Core version, cuDNN copies."""
-    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *OPTIONAL]
+    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *OPTIONAL, *OPTIONAL_ENV]
     env = dict(os.environ, PYTHONPATH=pythonpath)
     try:
         proc = _python(LOOKUP_SNIPPET, [json.dumps(names)], env, timeout)
@@ -232,6 +243,21 @@ def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
         return {"error": f"the environment lookup failed: {' | '.join(tail) or 'no output'}"}
     info["engine"] = engine
     return info
+
+
+def environment(info: dict) -> tuple[dict, list[str], list[str]]:
+    """(environment variables, limitations, notes) for what the run can avoid through its environment."""
+    if "error" in info or info.get("engine", "vllm") != "vllm":
+        return {}, [], []
+    found = info.get("found", {})
+    env: dict = {}
+    limitations, notes = [], []
+    for name, (what, values, limitation) in OPTIONAL_ENV.items():
+        if not found.get(name):
+            env.update(values)
+            limitations.append(limitation)
+            notes.append(f"{what} missing: set {', '.join(f'{k}={v}' for k, v in values.items())}")
+    return env, limitations, notes
 
 
 def checkpoints(cell: dict) -> bool:

@@ -172,3 +172,14 @@ def test_an_import_failure_before_ray_names_the_changed_line(tmp_path: Path) -> 
     assert "in code this PR changed: `src/megatron/bridge/peft/utils.py:46`" in verdict.headline, verdict.headline
     imported = next(d for d in verdict.deliverables if d.name == "Local Bridge import in verl")
     assert imported.result == "Fail" and "str_to_torch_dtype" in imported.detail
+
+
+def test_vllm_samples_without_flashinfer_where_it_is_missing() -> None:
+    """Seen on the H200 (fixture 19): vLLM 0.24's V2 model runner, the default for Llama, imports
+    FlashInfer for its sampler and fails at engine start-up where FlashInfer is not installed."""
+    missing = {"found": {"flashinfer": None}, "engine": "vllm"}
+    env, limitations, notes = preflight.environment(missing)
+    assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"} and "flashinfer is not installed" in limitations[0]
+    assert notes and "VLLM_USE_FLASHINFER_SAMPLER=0" in notes[0]
+    assert preflight.environment({"found": {"flashinfer": "/site/flashinfer/__init__.py"}, "engine": "vllm"})[0] == {}
+    assert preflight.environment({"found": {}, "engine": "sglang"})[0] == {}

@@ -265,3 +265,32 @@ def test_the_fallback_megatron_is_said_once_at_the_top_of_the_comment(tmp_path: 
     assert body.count("**Megatron-Core:**") == 1
     top = body.split("| Cell |", 1)[0]
     assert "verl 1dda039 does not run with the pinned Megatron-LM 2a75ac1" in top
+
+
+def test_18_an_import_time_error_fails_in_seconds_before_ray(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py import-error, run with tools/parallel_runs.sh: peft/utils.py imports a name
+    activation_map does not have. The driver imported every Bridge module verl imports before Ray
+    started: the cell stopped 26 s into its import step (its phase never ran), and the verdict names
+    the PR's line; 'Local Bridge import in verl' is not a Pass."""
+    run = OURS / "18-fail-level0-mutation-import-error-before-ray"
+    v = _judge(run, tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "model_build"), v.headline
+    assert "failed before Ray started: ImportError: cannot import name 'str_to_torch_dtype'" in v.headline
+    assert "in code this PR changed: `src/megatron/bridge/peft/utils.py:46`" in v.headline
+    imported = next(d for d in v.deliverables if d.name == "Local Bridge import in verl")
+    assert imported.result == "Fail"
+    steps = json.loads((run / "provenance.json").read_text())["steps"]
+    assert [s["name"] for s in steps][-1] == "imports" and sum(s["duration_s"] for s in steps) < 60
+    assert json.loads((run / "phases.json").read_text())[0]["status"] == "not_run"
+
+
+def test_19_a_missing_flashinfer_is_named_behind_vllms_engine_error(tmp_path: Path) -> None:
+    """SmolLM2-135M at Level 0: vLLM 0.24's V2 model runner (Llama's default) imports FlashInfer for
+    its sampler, which the node lacks; the worker's traceback is printed behind vLLM's process tag and
+    logger prefix, and the engine's own error only says 'See root cause above'. Blocked, naming the
+    missing module, before any model was built (the preflight now sets VLLM_USE_FLASHINFER_SAMPLER=0)."""
+    v = _judge(OURS / "19-blocked-level0-smollm2-vllm-without-flashinfer", tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
+    assert "ModuleNotFoundError: No module named 'flashinfer'" in v.headline
+    assert "Engine core initialization failed" not in v.headline
+    assert any("flashinfer" in f for f in v.follow_ups)

@@ -95,6 +95,7 @@ def test_lookup_reads_the_real_environment_without_importing() -> None:
         *preflight.ROLLOUT,
         *preflight.CHECKPOINTING,
         *preflight.OPTIONAL,
+        *preflight.OPTIONAL_ENV,
     }
     assert info["found"]["hydra"]  # hydra-core is a dev dependency: found, by lookup alone
 

@@ -27,7 +27,9 @@ _UNHANDLED = re.compile(r"Unhandled error \(suppress with|Error executing job wi
 # a logging prefix in front of a traceback's lines: vLLM's `ERROR 12-01 10:00:00 [core.py:700] `, verl v1's
 # `ERROR:2026-12-01 10:00:00,123:`, Python's `ERROR:root:`
 LOG_PREFIX = re.compile(
-    r"^(?:(?:ERROR|WARNING|CRITICAL|INFO|DEBUG)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] "
+    # vLLM's process tags ("(EngineCore pid=1)", "(Worker pid=2)") may come before its logger's prefix
+    r"^(?:\((?:[\w.]+ )?pid=\d+\)\s+)*"
+    r"(?:(?:ERROR|WARNING|CRITICAL|INFO|DEBUG)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] "
     r"|(?:ERROR|CRITICAL):(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+|[\w.]+):)"
 )
 EXCEPTION_LINE = re.compile(
