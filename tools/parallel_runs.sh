@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Several one-GPU cells at once on one node, each with its own Ray cluster, scratch and Bridge tree
-# (`tools/offline_node.sh setup` first). Each entry is LABEL:MUTATION:CELL[:HYDRA,HYDRA...]:
+# (`tools/offline_node.sh setup` first). Each entry is LABEL:MUTATION:CELL[:HYDRA,HYDRA...[:FAMILY[:MODEL]]]:
 #   MUTATION  `-` runs WORK/Megatron-Bridge as it is; a name from tools/mutate_bridge.py runs that
 #             mutation committed in its own worktree (WORK/bridges/LABEL), planned from its diff
 #   CELL      the cell id to run (its level comes from the id), on FAMILY/MODEL (default llama, SmolLM2)
 #   HYDRA     extra overrides for that cell (comma-separated), e.g. actor_rollout_ref.actor.optim.lr=0.0
+#   FAMILY    the family to plan (default $FAMILY); MODEL its checkpoint under the cache (default
+#             tiny/FAMILY when FAMILY is given, else $MODEL), e.g. l0-gemma:-:L0-lora-ddp-gemma::gemma
 #
 #   STAGGER=40 GPU_SHARE=0.1 MAX_PARALLEL=6 tools/parallel_runs.sh WORK l0:-:L0-lora-ddp-llama l5:-:L5-learning-signal-llama
 #
@@ -39,7 +41,8 @@ prepare_tree() {  # LABEL MUTATION -> the Bridge tree this entry runs
 declare -A pids started
 started0=$(date +%s)
 for entry in "$@"; do
-  IFS=: read -r label mutation cell hydra <<< "$entry"
+  IFS=: read -r label mutation cell hydra family model <<< "$entry"
+  if [ -n "$family" ]; then model=${model:-tiny/$family}; else family=$FAMILY model=$MODEL; fi
   if [ -z "$label" ] || [ -z "$mutation" ] || [ -z "$cell" ]; then
     echo "parallel_runs.sh: $entry: expected LABEL:MUTATION:CELL[:HYDRA,...]" >&2; exit 2
   fi
@@ -54,7 +57,7 @@ for entry in "$@"; do
   rm -rf "$work/runs/$label"
   rm -f "$work/exit-$label"
   (
-    env "${plan_base[@]}" BRIDGE="$tree" "$repo/tools/offline_node.sh" run "$work" "$cell" \
+    env "${plan_base[@]}" BRIDGE="$tree" FAMILY="$family" MODEL="$model" "$repo/tools/offline_node.sh" run "$work" "$cell" \
       --out "$work/runs/$label" "${extra[@]}" > "$work/log-$label.txt" 2>&1
     echo "$? $(( $(date +%s) - started0 ))" > "$work/exit-$label"
   ) &
