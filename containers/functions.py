@@ -19,7 +19,8 @@ MAX_LINE = 4096
 MAX_FUNCTIONS = 200_000
 
 
-def _records(path):
+def _json_lines(path):
+    """The JSON objects of a probe's file, one a line; overlong lines and lines cut off by a kill skipped."""
     with open(path, "rb") as fh:
         for raw in fh:
             if len(raw) > MAX_LINE:
@@ -27,10 +28,16 @@ def _records(path):
             try:
                 rec = json.loads(raw)
             except ValueError:
-                continue  # a line cut off by a kill
-            if isinstance(rec, dict) and isinstance(rec.get("file"), str) and isinstance(rec.get("qualname"), str):
-                line = rec.get("line")
-                yield rec["file"], rec["qualname"], line if isinstance(line, int) else 0
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
+def _records(path):
+    for rec in _json_lines(path):
+        if isinstance(rec.get("file"), str) and isinstance(rec.get("qualname"), str):
+            line = rec.get("line")
+            yield rec["file"], rec["qualname"], line if isinstance(line, int) else 0
 
 
 def merge(trace_dir, out_file):
@@ -73,27 +80,18 @@ UPDATE_KEYS = {
 
 
 def _update_records(path):
-    with open(path, "rb") as fh:
-        for raw in fh:
-            if len(raw) > MAX_LINE:
+    for rec in _json_lines(path):
+        kept = {}
+        for key, kind in UPDATE_KEYS.items():
+            value = rec.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 continue
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
-            kept = {}
-            for key, kind in UPDATE_KEYS.items():
-                value = rec.get(key)
-                if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                    continue
-                if kind is str and isinstance(value, str):
-                    kept[key] = value[:80]
-                elif kind is not str and isinstance(value, (int, float)):
-                    kept[key] = kind(value)
-            if "step" in kept and "optimizer" in kept:
-                yield kept
+            if kind is str and isinstance(value, str):
+                kept[key] = value[:80]
+            elif kind is not str and isinstance(value, (int, float)):
+                kept[key] = kind(value)
+        if "step" in kept and "optimizer" in kept:
+            yield kept
 
 
 def merge_updates(trace_dir, out_file):
