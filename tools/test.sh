@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-STEPS=(venv packages engine actionlint wheels base-image sdist openapi webhooks)
+STEPS=(venv packages engine actionlint wheels base-image sdist openapi webhooks torch)
 REQUIRE=${VERL_E2E_REQUIRE_ENGINE:-0}
 WHEELS=.cache/wheels
 BASE_IMAGE=verl-e2e-test-base:bookworm
@@ -100,6 +100,17 @@ npm_file() {  # npm_file PACKAGE FILE_IN_PACKAGE DEST: one file out of an npm pa
 }
 step_openapi() { npm_file @octokit/openapi generated/api.github.com.json .cache/openapi/api.github.com.json; }
 step_webhooks() { npm_file @octokit/webhooks-examples api.github.com/index.json .cache/webhooks/index.json; }
+
+# torch (CPU) in a venv of its own, for the probe's optimizer-step records (tests/test_driver_isolation.py):
+# pinned, so pip takes the CPU build a machine of this kind keeps on disk. Optional even under
+# VERL_E2E_REQUIRE_ENGINE=1 (a CUDA download of several GB is not worth one test): its test skips, saying so.
+step_torch() {
+  if [ ! -x .cache/torch-venv/bin/python ] || ! .cache/torch-venv/bin/python -c "import torch" 2>/dev/null; then
+    { python3 -m venv .cache/torch-venv && .cache/torch-venv/bin/pip install --quiet --only-binary=:all: torch==2.13.0; } \
+      >/dev/null 2>&1 || { echo "  torch 2.13.0 (CPU) could not be installed; the probe's torch test skips"; return 0; }
+  fi
+  export VERL_E2E_TORCH_PYTHON=$PWD/.cache/torch-venv/bin/python
+}
 
 run_step() {
   local name=$1 started=$SECONDS
