@@ -29,3 +29,12 @@ def test_a_real_level0_spends_most_of_its_time_before_the_step(tmp_path: Path) -
 def test_no_records_no_timings() -> None:
     assert timing.breakdown({}, [], {}) is None
     assert timing.line(None) is None
+
+
+def test_the_comment_row_shows_how_much_of_the_cell_was_its_steps(tmp_path: Path) -> None:
+    from verl_e2e.report.rows import table
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    row = table([judge_run_dir(run)])[2]
+    assert "| 6m 20s (steps 1m 21s) |" in row, row

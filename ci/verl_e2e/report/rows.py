@@ -76,6 +76,14 @@ def duration(seconds: float | None) -> str:
     return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
+def time_spent(v: Verdict) -> str:
+    """The cell's wall time and, where verl timed its steps, how much of it was the steps themselves:
+    '6m 20s (steps 1m 21s)' says the start-up, not the PPO step, is what a faster cell must cut."""
+    phases = (v.timings or {}).get("phases") or []
+    steps = sum(p.get("steps_s", 0.0) for p in phases if isinstance(p, dict))
+    return duration(v.duration_s) + (f" (steps {duration(steps)})" if steps else "")
+
+
 def changed_code(v: Verdict) -> str:
     """How much of the PR's changed code the cell ran: '3 of 4', or a warning when none."""
     cov = v.coverage or {}
@@ -108,7 +116,7 @@ def table(verdicts: Sequence[Verdict]) -> list[str]:
     head += ["Where it failed"] * failed + ["Key line"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in ordered(verdicts):
-        cols = [span(v.cell_id), span(v.model), f"{ICON.get(v.result, '')} {v.result}", duration(v.duration_s)]
+        cols = [span(v.cell_id), span(v.model), f"{ICON.get(v.result, '')} {v.result}", time_spent(v)]
         cols += [changed_code(v)] * covered + [_where(v)] * failed + [span(key_line(v))]
         rows.append("| " + " | ".join(cols) + " |")
     return rows
