@@ -160,7 +160,9 @@ def _register_step_hooks(optim_module, out):
         os.makedirs(out, exist_ok=True)
 
     def trainable(opt):
-        return [p for g in opt.param_groups for p in g["params"] if getattr(p, "requires_grad", False)]
+        # every tensor the optimizer steps: Megatron's distributed optimizer steps fp32 copies of the
+        # trained weights' shards, which need not carry requires_grad (their .grad is set before the step)
+        return [p for g in opt.param_groups for p in g["params"] if isinstance(p, torch.Tensor)]
 
     def pre(opt, args, kwargs):  # noqa: ARG001 - torch's hook signature
         with contextlib.suppress(Exception), torch.no_grad():
