@@ -171,7 +171,11 @@ def blocking_import(results: dict) -> tuple[str, dict] | None:
         if not isinstance(err, dict):
             continue
         missing = err.get("missing_module") or ""
-        third_party = err.get("type") == "ModuleNotFoundError" and missing and not missing.startswith("megatron.bridge")
+        third_party = (
+            err.get("type") in ("ModuleNotFoundError", "ImportError")
+            and missing
+            and not missing.startswith("megatron.bridge")
+        )
         if err.get("in_bridge") and not third_party:
             return module, err
     return None
