@@ -39,9 +39,10 @@ TABLE = [
     ("HF export", [f"{M}/conversion/model_bridge.py"], [0, 1], ["qwen"]),
     ("param mapping", [f"{M}/conversion/param_mapping.py"], [0, 1], ["qwen"]),
     ("quantized weights", [f"{M}/conversion/quantization_utils.py"], [0, 4], ["qwen"]),
-    ("PEFT", ["src/megatron/bridge/peft/lora.py"], [0, 5], ["qwen"]),
+    # what a PEFT change computes (its forward, its saved state) decides Levels 1 and 5, not its folder
+    ("PEFT", ["src/megatron/bridge/peft/lora.py"], [0], ["qwen"]),
     ("fused kernels", ["src/megatron/bridge/utils/fusions.py"], [0, 5], ["qwen"]),
-    ("submodule bump", ["3rdparty/Megatron-LM"], [0], ["qwen"]),
+    ("submodule bump", ["3rdparty/Megatron-LM"], [0, 1, 2], ["qwen"]),
     ("lockfile without diff is conservative", ["uv.lock"], [0], ["qwen"]),
     ("Bridge's own pyproject elsewhere", ["docker/common/fw_pyproject.toml"], [], []),
     ("FSDP integration", ["src/megatron/bridge/training/megatron_fsdp_adapter.py"], [0, 3], ["qwen"]),
@@ -78,11 +79,11 @@ def test_reasons_name_rule_and_paths(matrix: Matrix) -> None:
     assert reason.rule == "hf-import-export" and reason.paths == (f"{M}/conversion/model_bridge.py",)
     assert "save/resume" not in selection.skipped  # selected levels carry no skip reason
     assert "no changed path matched its rules" in selection.skipped[5]
-    assert "peft" in selection.skipped[5]
+    assert "fused-kernels" in selection.skipped[5]
 
 
 def test_levels_above_zero_imply_level0_for_the_same_family(matrix: Matrix) -> None:
-    selection = select(matrix, [ChangedFile("src/megatron/bridge/peft/lora.py")])
+    selection = select(matrix, [ChangedFile("src/megatron/bridge/utils/fusions.py")])
     assert set(selection.targets[0]) == set(selection.targets[5]) == {"qwen"}
 
 
@@ -143,7 +144,7 @@ def test_explicit_levels_without_changes_use_default_family(matrix: Matrix) -> N
 
 
 def test_family_override(matrix: Matrix) -> None:
-    selection = select(matrix, [ChangedFile("src/megatron/bridge/peft/lora.py")], family_override=["llama"])
+    selection = select(matrix, [ChangedFile("src/megatron/bridge/utils/fusions.py")], family_override=["llama"])
     assert selection.families == ("llama",) and selection.levels == (0, 5)
 
 

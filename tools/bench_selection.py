@@ -4,6 +4,12 @@
     python tools/bench_selection.py --data ../shared/bench/selection-dev.jsonl            # diff mode
     python tools/bench_selection.py --data ... --repo /path/to/Megatron-Bridge.git       # checkout mode
     python tools/bench_selection.py --data ... --budget 0                                # no GPU budget
+    python tools/bench_selection.py --probes tests/fixtures/selection-probes/probes.json --tree DIR
+
+`--probes` plans one-to-three-line changes on a real Bridge tree instead (`--tree`: an unpacked Bridge
+source tree, or its .tgz): each probe's diff is committed on a git copy of that tree and planned with
+`--repo`, then scored against the levels written down for it (`must`, `allowed`, and `families` where
+the change serves only some), per kind of change.
 
 Each line of the data file is one squash-merged PR (`sha`, `files`, `diff`, `must` and `allowed`
 levels, as `score-selection` reads them). Diff mode plans `--changed-files F --diff D`; checkout mode
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,7 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from verl_e2e.config.matrix import load_matrix
+from verl_e2e.plan.build import PlanRequest, make_plan
+
 COST = {0: 15, 1: 25, 2: 80, 3: 15, 4: 40, 5: 60}
+MLM_PIN = "2a75ac12c54ba6a42b34024756820bf819a2e25f"  # the gitlink a probe tree starts from
 
 
 def plan(row: dict[str, Any], args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any] | None, float, str]:
@@ -54,6 +65,66 @@ def pct(values: list[int], q: float) -> int:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0
 
 
+def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+def probe_repo(tree: Path, work: Path) -> tuple[Path, str]:
+    """A git copy of the Bridge tree (its src/, plus the Megatron-LM gitlink) and its base commit."""
+    repo = work / "bridge"
+    repo.mkdir()
+    if tree.is_file():
+        subprocess.run(["tar", "xzf", str(tree), "-C", str(work)], check=True)
+        tree = next(p for p in work.iterdir() if (p / "src" / "megatron" / "bridge").is_dir())
+    shutil.copytree(tree / "src", repo / "src")
+    (repo / "3rdparty" / "Megatron-LM").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{MLM_PIN},3rdparty/Megatron-LM")
+    _git(repo, "-c", "user.name=probe", "-c", "user.email=probe@invalid", "commit", "-qm", "base")
+    return repo, _git(repo, "rev-parse", "HEAD")
+
+
+def run_probes(args: argparse.Namespace) -> int:
+    probes = json.loads(args.probes.read_text())["probes"]
+    matrix = load_matrix(Path(__file__).parents[1] / "matrix.yaml")
+    kinds: dict[str, list[int]] = {}
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        repo, base = probe_repo(args.tree, Path(tmp))
+        for p in probes:
+            _git(repo, "checkout", "-q", "-f", "--detach", base)
+            _git(repo, "apply", "--index", "-", stdin=p["diff"])
+            _git(repo, "-c", "user.name=probe", "-c", "user.email=probe@invalid", "commit", "-qm", p["id"])
+            plan = make_plan(PlanRequest(repo=str(repo), base=base, head="HEAD", budget=args.budget), matrix).to_json()
+            chosen = set(plan["levels"])
+            missed, over = set(p["must"]) - chosen, chosen - set(p["allowed"])
+            wrong = bool(p.get("families")) and not set(plan["families"]) & set(p["families"])
+            said = any(
+                p["diff"].split(" b/", 1)[1].split("\n", 1)[0] in line
+                for line in plan["context"].get("unexecuted") or []
+            )
+            wrong |= p.get("says_unexecuted", False) and not said
+            row = kinds.setdefault(p["kind"], [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += bool(missed) or wrong
+            row[2] += bool(over)
+            row[3] += sum(COST[lv] for lv in over)
+            if missed or over or wrong or args.show:
+                extra = (plan["context"].get("unexecuted") or []) + [w for lv in plan["uncovered"].values() for w in lv]
+                notes.append(
+                    f"{p['id']:<26} {p['kind']:<17} levels={sorted(chosen)} must={p['must']} families="
+                    f"{plan['families']}{' WRONG FAMILY/NOTE' if wrong else ''}{' | ' + extra[0] if extra else ''}"
+                )
+    total = [sum(r[i] for r in kinds.values()) for i in range(4)]
+    print(f"{'kind':<18} probes missed over-ran wasted-cost")
+    for kind, (n, miss, over, cost) in [*sorted(kinds.items()), ("all", total)]:
+        print(f"{kind:<18} {n:>6} {miss:>6} {over:>8} {cost:>11}")
+    print("\n".join(notes))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path(__file__).parents[2] / "shared/bench/selection-dev.jsonl")
@@ -61,7 +132,13 @@ def main() -> int:
     ap.add_argument("--budget", type=int, help="pass --budget to plan (default: matrix.yaml's)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--show", action="store_true", help="list misses, waste and the costliest plans")
+    ap.add_argument("--probes", type=Path, help="a probe file (tests/fixtures/selection-probes/probes.json)")
+    ap.add_argument("--tree", type=Path, help="with --probes: the Bridge source tree (or .tgz) the probes diff")
     args = ap.parse_args()
+    if args.probes:
+        if not args.tree:
+            ap.error("--probes needs --tree (the Bridge tree its diffs apply to)")
+        return run_probes(args)
     rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda r: plan(r, args, Path(tmp)), rows))

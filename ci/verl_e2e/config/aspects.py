@@ -54,6 +54,7 @@ class Aspect:
     paths: PathSet | None = None  # limit to these files (default: every file on verl's surface)
     strings: bool = True  # False: string literals are blanked before matching (names in tables, messages)
     architecture: str | None = None  # a kind only some families have: shared code runs on that kind's family
+    lines: str = "all"  # "added": only the lines added to a file that existed
 
 
 def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspect, ...]:
@@ -67,7 +68,8 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
         paths = PathSet.parse(node.get("paths", DEFAULT_PATHS), f"{where}[{i}].paths")
         levels, kind = frozenset(node["levels"]), node.get("kind", "all")
         strings, arch = node.get("strings", True), node.get("architecture")
-        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch))
+        lines = node.get("lines", "all")
+        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines))
     return tuple(out)
 
 
@@ -133,8 +135,15 @@ def _candidates(aspects: Sequence[Aspect], code: str, bare: str, names: str) -> 
     return found
 
 
-def find(aspects: Sequence[Aspect], path: str, lines: Iterable[str], scopes: Sequence[str]) -> list[Hit]:
-    """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes.
+def find(
+    aspects: Sequence[Aspect],
+    path: str,
+    lines: Iterable[str],
+    scopes: Sequence[str],
+    added: Sequence[str] | None = None,
+) -> list[Hit]:
+    """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes
+    (`added`: the lines the change adds to a file that existed, for aspects that read only those).
 
     With RE2, one set match per text says which aspects can fire, and only those are searched for
     the term: a 3,000-file diff stays well under a second."""
@@ -146,7 +155,11 @@ def find(aspects: Sequence[Aspect], path: str, lines: Iterable[str], scopes: Seq
     for aspect in aspects:
         if id(aspect) not in maybe or (aspect.paths is not None and not aspect.paths.matches(path)):
             continue
-        m = aspect.pattern.search(code if aspect.strings else bare)
+        text = code if aspect.strings else bare
+        if aspect.lines == "added":
+            text = "\n".join(code_lines(added or ()))
+            text = text if aspect.strings else _STRING.sub('""', text)
+        m = aspect.pattern.search(text)
         if m:
             hits.append(Hit(aspect, m.group(0), "changed lines"))
             continue

@@ -138,6 +138,8 @@ def make_plan(req: PlanRequest, matrix: Matrix) -> Plan:
     selection = select(matrix, files or [], req.levels, families, surface.shipped(), ran=runtime.shipped())
     if files:
         context.update(_change_context(files))
+    if selection.unexecuted:  # changed lines under layout conditions no cell's layout takes (also a warning)
+        context["unexecuted"] = list(selection.unexecuted)
     cells = expand(matrix, selection, req.model)
     limit = matrix.defaults.gpu_budget_minutes if req.budget is None else req.budget
     chosen = budget.apply(cells, selection, limit or None if req.levels is None else None)

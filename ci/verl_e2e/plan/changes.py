@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.fields import ChangedDefault
 
 STATUS_LETTERS = frozenset("ACDMRTUXB")
@@ -28,6 +29,7 @@ class ChangedFile:
     old_path: str | None = None
     diff_lines: tuple[str, ...] | None = None  # added/removed lines; None when the diff is unknown
     cosmetic: bool = False  # only comments/docstrings changed (Python files, diff known)
+    log_only: bool = False  # only logging calls (and comments, docstrings) changed: quiet.py
     scopes: tuple[str, ...] = ()  # names of the defs/classes the change sits in (diffs.py, scopes.py)
     architectures: tuple[str, ...] | None = None  # HF architectures the file serves; None: not known
     module_level: bool = True  # the change may touch module-level code (unknown counts as yes)
@@ -37,6 +39,14 @@ class ChangedFile:
     functions: tuple[str, ...] | None = None
     # assignments outside any function the change sets (class defaults, dataclass fields, module values)
     defaults: tuple[ChangedDefault, ...] = ()
+    # changed lines that run only under conditions on the parallel layout (branches.py)
+    branches: tuple[Branch, ...] = ()
+    # every changed line only sets values of these classes ("" the module): bodies.py; None: it does more
+    definitions: tuple[str, ...] | None = None
+    # shared code: the top-level names and words it touches (users.py), and the architectures of the only
+    # model files that use them (None: shared code uses them, or they were not looked up)
+    symbols: tuple[str, ...] = ()
+    serves: tuple[str, ...] | None = None
 
     @property
     def paths(self) -> tuple[str, ...]:

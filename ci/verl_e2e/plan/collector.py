@@ -40,6 +40,7 @@ class Selection:
     unsupported: dict[int, tuple[str, ...]] = field(default_factory=dict)  # level -> why a change has no family
     warnings: tuple[str, ...] = ()
     requested: str = "auto"
+    unexecuted: tuple[str, ...] = ()  # changed lines under layout conditions no cell's layout takes
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -110,6 +111,7 @@ class Findings:
     unmatched: list[str] = field(default_factory=list)
     off_surface: dict[str, str] = field(default_factory=dict)
     undecided: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
+    unexecuted: dict[str, None] = field(default_factory=dict)
 
 
 def build(
@@ -144,6 +146,7 @@ def build(
         unmatched=tuple(sorted(found.unmatched)),
         off_surface=dict(sorted(found.off_surface.items())),
         unsupported={lv: tuple(sorted(w)) for lv, w in sorted(unsupported.items())},
-        warnings=tuple(sorted(warnings)),
+        warnings=tuple(sorted({*warnings, *found.unexecuted})),  # the text and the job summary show warnings
         requested=requested,
+        unexecuted=tuple(found.unexecuted),
     )

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.fields import Assigned, TextScopes
+from verl_e2e.plan.hunks import Found, HunkSides
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
@@ -41,6 +43,15 @@ class FileDiff:
     # assignments at module level or in a class body, as the hunks' text shows them (fields.from_text)
     assigned: list[Assigned] = field(default_factory=list)
     unassigned: list[Assigned] = field(default_factory=list)
+    found: Found = field(default_factory=Found)  # layout conditions and logging calls the hunks show
+
+    @property
+    def branches(self) -> list[Branch]:
+        return self.found.branches
+
+    @property
+    def log_only(self) -> bool:
+        return bool(self.lines) and not self.found.beyond_logging and self.status == "M"
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -70,8 +81,10 @@ class _Reader:
         self.seen_change = False
         self.hunk_scoped = False
         self.text_scopes = TextScopes([])
+        self.sides = HunkSides()
 
     def start(self, old: str, new: str) -> None:
+        self.end_hunk()
         self.current = FileDiff(path=new, old_path=old if old != new else None, status="M" if old == new else "R")
         self.files[new] = self.current
         self.old_left = self.new_left = 0
@@ -100,13 +113,23 @@ class _Reader:
             return line.startswith(_OTHER_HEADERS)
         return True
 
+    def end_hunk(self) -> None:
+        if self.current is not None:
+            self.sides.finish(self.current.found)
+
     def hunk(self, m: re.Match[str]) -> None:
         assert self.current is not None
+        self.end_hunk()
         self.old_no, self.new_no = int(m.group(1)), int(m.group(3))
         self.old_left = int(m.group(2)) if m.group(2) is not None else 1
         self.new_left = int(m.group(4)) if m.group(4) is not None else 1
         self.seen_change = False
         self.text_scopes = TextScopes.of_header(m.group(5) or "")
+        # git names the last unindented def or class above the hunk: a class leaves the method unknown
+        header = _DEF.match(m.group(5) or "")
+        func = "" if header is None else header.group(1)
+        func += "." if header and (m.group(5) or "").lstrip().startswith("class") else ""
+        self.sides = HunkSides(func)
         context = _DEF.match(m.group(5) or "")
         self.hunk_scoped = context is not None
         if context:
@@ -117,6 +140,8 @@ class _Reader:
         assert cur is not None
         tag, text = line[:1], line[1:]
         self._assignment(tag, text)
+        if tag in ("+", "-", " ") or line == "":
+            self.sides.add(tag or " ", text, self.new_no if tag == "+" else self.old_no)
         if tag == "+":
             cur.added.append(text)
             cur.added_at.append(self.new_no)
@@ -171,6 +196,7 @@ def parse_unified_diff(text: str) -> dict[str, FileDiff]:
             reader.body(line)
         elif m and reader.current is not None:
             reader.hunk(m)
+    reader.end_hunk()
     return reader.files
 
 

@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from verl_e2e.config.aspects import code_lines
-from verl_e2e.plan import fields
+from verl_e2e.plan import bodies, fields, users
+from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.diffs import FileDiff
 from verl_e2e.plan.registry import SHARED, architectures_by_file, loose_registrations
@@ -29,6 +30,14 @@ def files_from_diff(diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
 
 def _comment_only(diff: FileDiff) -> bool:
     return diff.path.endswith(".py") and bool(diff.lines) and not code_lines(diff.lines)
+
+
+def _sorted(owners: set[str] | None) -> tuple[str, ...] | None:
+    return None if owners is None else tuple(sorted(owners))
+
+
+def _both(a: set[str] | None, b: set[str] | None) -> set[str] | None:
+    return None if a is None or b is None else a | b
 
 
 def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
@@ -46,8 +55,11 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 added_at=tuple(d.added_at),
                 scopes=tuple(dict.fromkeys((*f.scopes, *d.scopes))),
                 cosmetic=f.cosmetic or _comment_only(d),
+                log_only=d.path.endswith(".py") and d.log_only,
+                definitions=_sorted(bodies.owners_from_text(d.lines, [*d.assigned, *d.unassigned])),
                 module_level=d.module_level or d.status in "AD" or not d.scopes,
                 defaults=fields.from_text(d.path, d.assigned, d.unassigned) if d.path.endswith(".py") else (),
+                branches=tuple(d.branches),
             )
         )
     return out
@@ -77,6 +89,11 @@ def with_ast_scopes(
                 functions=inner,
                 module_level=outside or f.status in "AD",
                 defaults=f.defaults if exact is None else exact,
+                branches=(*from_source(before, d.removed_at, True), *from_source(after, d.added_at, False)),
+                definitions=_sorted(_both(bodies.owners(before, d.removed_at), bodies.owners(after, d.added_at))),
+                symbols=users.symbols(after, d.added_at) + users.symbols(before, d.removed_at)
+                if users.shared(f.path)
+                else (),
             )
         )
     return out

@@ -13,9 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan import users
 from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
 from verl_e2e.plan.diffs import parse_unified_diff
 from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
+from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.surface import MODELS, shipped
 
 
@@ -111,7 +113,19 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
     }
     files = [replace(f, cosmetic=f.path in cosmetic) for f in files]
     files = with_ast_scopes(with_diff(files, diffs), diffs, old, new)
-    models = _head_models(repo, head_sha) if any(f.path.startswith(MODELS) for f in files) else None
+    files = [  # the trees confirm what the hunks' text suggests (a logging call that opens above a hunk is missed)
+        replace(f, log_only=not f.cosmetic and log_only_change(old.get(f.path), new.get(f.path))) if f.log_only else f
+        for f in files
+    ]
+    wanted = any(f.path.startswith(MODELS) or f.symbols for f in files)
+    models = _head_models(repo, head_sha) if wanted else None
+    if models:
+        files = [
+            replace(f, serves=users.architectures(f.path, tuple(dict.fromkeys(f.symbols)), new.get(f.path), models))
+            if f.symbols
+            else f
+            for f in files
+        ]
     return with_architectures(files, shipped(), models), merge_base, head_sha
 
 

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from verl_e2e.config.aspects import find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import collector
+from verl_e2e.plan import bodies, branch_levels, collector, layout, quiet
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.runtime import Ran, cheapest, executed
-from verl_e2e.plan.surface import Surface
+from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
 
 PEFT = "src/megatron/bridge/peft/"
@@ -46,20 +46,27 @@ class _Scan:
         self.col = Collector()
         self.fams = Targets(matrix)
         self.found = Findings(changed=len(files))
+        self.cells = layout.cell_layouts(matrix)
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         for file in files:
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
-            ran_it = not file.cosmetic and self._executed(file)
+            unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
+            ran_it = not file.cosmetic and not file.log_only and unbuilt is None and self._executed(file)
             if group is not None and not ran_it:
                 self.found.ignored[group].append(file.path)
             elif file.cosmetic:
                 self.found.cosmetic.append(file.path)
+            elif file.log_only and file.path not in escalated:
+                self.found.off_surface[file.path] = quiet.SAID
+            elif unbuilt is not None:
+                self.found.off_surface[file.path] = unbuilt
             else:
                 if not ran_it and self._off_surface(file):
                     continue
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
-                if not self._aspects(file) and not fired and file.path not in escalated and not ran_it:
+                touched = self._aspects(file) | self._branches(file) | self._users(file)
+                if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
                     self._unmatched_runs_level0(file)
 
@@ -69,7 +76,7 @@ class _Scan:
         hits = [h for p in file.paths for h in executed(self.ran, p, file.scopes, module_level, file.functions)]
         shared = family_dir(file.path) in (None, *SHARED_DIRS)
         for ran, qualname in cheapest(hits, self.matrix.defaults.family):
-            known = shared and ran.family in self.matrix.families
+            known = shared and ran.family in self.matrix.families and self.fams.users(file) is None
             shown = "module-level code" if qualname == "<module>" else qualname
             why = f"a real {ran.cell} run executed the changed code (e.g. {shown})"
             for fam in [ran.family] if known else self.fams.targets(file.path, file, True):
@@ -84,27 +91,10 @@ class _Scan:
                 self.col.add(0, fam, {"all"}, ("unmatched-surface", why), file.path)
 
     def _off_surface(self, file: ChangedFile) -> bool:
-        """A src/ module verl never reaches, or a change only inside functions nothing verl calls reaches."""
-        s = self.surface
-        if s is None or not file.path.startswith("src/megatron/bridge/") or file.status == "A":
-            return False
-        if not file.path.endswith(".py") or family_dir(file.path) not in (None, *SHARED_DIRS):
-            return False  # model directories are loaded through the registry: file-wise on the surface
-        if not any(s.on_surface(p) for p in file.paths):
-            entries = ", ".join(m.removeprefix("megatron.bridge.") or "megatron.bridge" for m in s.entry_modules()[:4])
-            self.found.off_surface[file.path] = (
-                f"not on verl's surface: none of the Bridge modules verl {s.verl_commit[:7]} imports "
-                f"({entries}, ...) reaches it by import"
-            )
-            return True
-        unreached = [] if file.module_level or file.diff_lines is None else s.unreached(file.path, file.scopes)
-        if not unreached:
-            return False
-        self.found.off_surface[file.path] = (
-            f"not on verl's surface: the change is inside {', '.join(unreached[:3])}"
-            f"{' ...' if len(unreached) > 3 else ''}, which no Bridge function verl {s.verl_commit[:7]} calls reaches"
-        )
-        return True
+        why = None if self.surface is None else off_surface(self.surface, file)
+        if why is not None:
+            self.found.off_surface[file.path] = why
+        return why is not None
 
     def _aspects(self, file: ChangedFile) -> bool:
         """Aspects of what the change touches; True when one selected something."""
@@ -116,7 +106,8 @@ class _Scan:
                     for level in aspect.levels:
                         self.found.undecided[level].add(f"aspect {aspect.name}")
             return False
-        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes)
+        added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
+        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added)
         for hit in hits:
             why = f"{hit.aspect.why} (`{hit.term}` in the {hit.where})"
             targets = self.fams.targets(file.path, file, changed=True)
@@ -137,6 +128,25 @@ class _Scan:
                         continue
                     self.col.add(level, target, kinds, (f"aspect:{hit.aspect.name}", why), file.path)
         return bool(hits)
+
+    def _users(self, file: ChangedFile) -> bool:
+        fam = self.fams.users(file)
+        if fam is not None:
+            named = ", ".join(file.symbols[:3])
+            why = f"only some architectures' model files use the changed code ({named}): {fam} is one, the default not"
+            self.col.add(0, fam, {"all"}, ("shared-code-users", why), file.path)
+        return fam is not None
+
+    def _branches(self, file: ChangedFile) -> bool:
+        """Changed lines that run only under some parallel layouts select the first cell whose layout
+        runs them (Level 0 runs their function, not them); lines no cell runs are named."""
+        if not file.branches or not file.path.startswith("src/"):
+            return False
+        picks, unexecuted = branch_levels.picks(self.cells, file, self.ran, self.fams)
+        for level, family, kind, why in picks:
+            self.col.add(level, family, {kind}, ("layout-branch", why), file.path)
+        self.found.unexecuted |= dict.fromkeys(unexecuted)
+        return bool(picks)
 
     def _apply(self, rule: Rule, file: ChangedFile) -> bool:
         """Try one rule on one file; True when it selected something."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from verl_e2e.errors import UsageError
 from verl_e2e.plan.callgraph import module_of, reachable_symbols, unreached_symbols
+from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.registry import SHARED, architectures_by_file, local_imports
 
 MODELS = "src/megatron/bridge/models/"
@@ -147,6 +148,30 @@ def build(bridge_root: Path, verl_root: Path | None, previous: Surface | None = 
     unreached = frozenset(sources) - files
     return Surface(
         verl_commit, _commit(bridge_root), tuple(imports), files, archs, symbols, tuple(attributes), unreached
+    )
+
+
+def off_surface(s: Surface, file: ChangedFile) -> str | None:
+    """Why a src/ change cannot matter to verl: its module is one verl never reaches, or the change is
+    only inside functions nothing verl calls reaches; None otherwise (or where the index cannot say)."""
+    if not file.path.startswith("src/megatron/bridge/") or file.status == "A" or not file.path.endswith(".py"):
+        return None
+    rest = file.path.removeprefix(MODELS)
+    if file.path.startswith(MODELS) and "/" in rest and rest.split("/", 1)[0] not in SHARED:
+        return None  # model directories are loaded through the registry: file-wise on the surface
+    if not any(s.on_surface(p) for p in file.paths):
+        entries = ", ".join(m.removeprefix("megatron.bridge.") or "megatron.bridge" for m in s.entry_modules()[:4])
+        return (
+            f"not on verl's surface: none of the Bridge modules verl {s.verl_commit[:7]} imports "
+            f"({entries}, ...) reaches it by import"
+        )
+    unreached = [] if file.module_level or file.diff_lines is None else s.unreached(file.path, file.scopes)
+    if not unreached:
+        return None
+    more = " ..." if len(unreached) > 3 else ""
+    return (
+        f"not on verl's surface: the change is inside {', '.join(unreached[:3])}{more}, which no Bridge "
+        f"function verl {s.verl_commit[:7]} calls reaches"
     )
 
 

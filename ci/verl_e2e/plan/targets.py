@@ -58,6 +58,9 @@ class Targets:
         """The families a change to `path` runs: those of the architectures it serves, else its directory's."""
         default = self.matrix.defaults.family
         directory = family_dir(path)
+        users = self.users(file)
+        if users is not None and (directory is None or directory in SHARED_DIRS):
+            return [users]
         if not changed or directory is None or directory in SHARED_DIRS:
             return [default]
         found: dict[str, None] = {}
@@ -82,6 +85,17 @@ class Targets:
             f"default family '{default}' instead. Add families.{directory} with its smallest checkpoint."
         )
         return [default]
+
+    def users(self, file: ChangedFile) -> str | None:
+        """Shared code only some architectures' model files use (users.py) runs on one of their families
+        (the one with the fewest MoE/VLM/MTP flags), unless the default family is one of them; None for
+        code every model may run."""
+        if not file.serves:
+            return None
+        found = {f.name: f for a in file.serves if (f := self.matrix.family_for_architecture(a)) is not None}
+        if not found or self.matrix.defaults.family in found:
+            return None
+        return min(found, key=lambda n: (len(active_flags(found[n])), n))  # a plain dense model first
 
     def no_family(self, path: str, file: ChangedFile, levels: Iterable[int]) -> None:
         for arch in file.architectures or ():

@@ -1,0 +1,107 @@
+"""Changed lines under layout conditions -> the cheapest cell whose layout runs them, or none.
+
+Groups a file's branches by the condition that keeps them off Level 0 and by the cell that first
+runs them (layout.running), so a plan says once per condition: "changed line under `if self.tp_size
+> 1` runs only at TP > 1 -> Level 2", or names the lines no cell executes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from verl_e2e.plan import layout
+from verl_e2e.plan.branches import Branch
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.layout import CellLayout
+from verl_e2e.plan.runtime import Ran
+from verl_e2e.plan.targets import Targets
+
+
+@dataclass(frozen=True)
+class Outcome:
+    cell: CellLayout | None  # the first PR cell that runs the lines; None: no PR cell does
+    lines: tuple[int, ...]
+    shown: str  # the conditions, as the plan quotes them
+    words: str  # what the layout needs ("at TP > 1")
+    scheduled: str | None = None  # the scheduled variant that runs lines no PR cell runs
+
+    def why(self) -> str:
+        many = len(set(self.lines)) > 1  # a line's removed and added sides are one changed line
+        level = f"Level {self.cell.level}" if self.cell is not None else "no cell"
+        if self.cell is not None and self.cell.kind == "moe":
+            level += f"'s {self.cell.variant} on a MoE model"
+        lines = f"changed line{'s' if many else ''} under {self.shown} run{'' if many else 's'}"
+        return f"{lines} only {self.words} → {level}"
+
+    def unexecuted(self, path: str) -> str:
+        where = f"only the scheduled {self.scheduled} layout runs them" if self.scheduled else "no cell runs them"
+        return f"changed lines no cell executes: {path}:{_ranges(self.lines)} (under {self.shown}; {where})"
+
+
+def _ranges(lines: Sequence[int]) -> str:
+    out: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def reached(function: str, recorded: set[str]) -> bool:
+    """Whether a cell can run code in `function`, as far as the records of its file tell: a module no
+    record covers, a function not known (a hunk that does not show it), a function some cell ran (by
+    its qualified or its plain name), or a method of a class some cell ran a method of (new methods
+    of a class verl builds). A function in a recorded module that no cell ran, of a class none built,
+    is not verl's code: its layout branches select nothing."""
+    if not recorded or not function:
+        return True
+    names = function.split(".")
+    if function in recorded or any(q.rsplit(".", 1)[-1] == names[-1] for q in recorded):
+        return True
+    owners = [".".join(names[:i]) for i in range(1, len(names))]
+    return any(q.startswith(f"{o}.") for o in owners for q in recorded)
+
+
+def outcomes(cells: Sequence[CellLayout], branches: Sequence[Branch], moe_family: bool) -> list[Outcome]:
+    """What each group of a file's branches needs beyond Level 0 (nothing for lines Level 0 runs)."""
+    base = next(c for c in cells if c.level == 0 and c.kind == "all").layout
+    base = replace(base, moe=True) if moe_family else base
+    groups: dict[tuple[CellLayout | None, str, str, str | None], list[int]] = {}
+    for branch in branches:
+        tests = branch.tests()
+        found = list(layout.running(list(cells), tests, moe_family, branch.configuring))
+        first = next((c for c in found if not c.scheduled), None)
+        if first is not None and first.level == 0 and first.kind == "all":
+            continue
+        held = [layout.can_hold(t, holds, base, branch.configuring) for t, holds in tests]
+        blocking = [c for c, ok in zip(branch.conditions, held, strict=False) if not ok] or list(branch.conditions)
+        read = {d for c in blocking if (t := layout.parse(c.test)) is not None for d in layout.reads(t)}
+        other = first or next((c for c in found if c.scheduled), None)
+        dims = (read & layout.differs(base, other.layout)) if other is not None else read
+        words = " and ".join(layout.WORDS[d] for d in sorted(dims or read)) or "under another layout"
+        scheduled = other.variant if first is None and other is not None else None
+        key = (first, " and ".join(c.shown() for c in blocking), words, scheduled)
+        groups.setdefault(key, []).append(branch.line)
+    return [Outcome(cell, tuple(lines), shown, words, sched) for (cell, shown, words, sched), lines in groups.items()]
+
+
+def picks(
+    cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], fams: Targets
+) -> tuple[list[tuple[int, str, str, str]], list[str]]:
+    """(level, family, variant kind, why) for each cell a file's layout branches need beyond Level 0,
+    and the lines no cell runs, on each family the file's change runs on."""
+    recorded = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
+    branches = [b for b in file.branches if reached(b.function, recorded)]
+    chosen: list[tuple[int, str, str, str]] = []
+    unexecuted: list[str] = []
+    for fam in fams.targets(file.path, file, changed=True) if branches else []:
+        for out in outcomes(cells, branches, fams.matrix.families[fam].has("moe")):
+            kind = "all" if out.cell is None else out.cell.kind
+            target = fam if kind == "all" else fams.kind_family(fam, kind)
+            if out.cell is None or target is None:
+                unexecuted.append(out.unexecuted(file.path))
+            else:
+                chosen.append((out.cell.level, target, kind, out.why()))
+    return chosen, unexecuted

@@ -1,0 +1,179 @@
+"""Levels 1 and 5 from what the changed code does, not from what its class or folder is called; log
+messages and config classes no cell builds select nothing; shared code only some architectures use
+runs on one of them. Each case is a small change of the kind Bridge PRs make."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import users
+from verl_e2e.plan.bodies import owners
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.enrich import with_diff
+from verl_e2e.plan.quiet import log_only_change
+from verl_e2e.plan.runtime import Ran
+from verl_e2e.plan.select import select
+from verl_e2e.plan.targets import Targets
+
+PEFT = "src/megatron/bridge/peft/lora_layers.py"
+CONFIG = "src/megatron/bridge/training/config.py"
+PROBES = Path(__file__).parent / "fixtures" / "selection-probes" / "probes.json"
+
+
+def _change(path: str, *lines: str, scopes: tuple[str, ...] = (), status: str = "M") -> ChangedFile:
+    added = tuple(n for n, line in enumerate(lines, 10) if line.startswith("+"))
+    return ChangedFile(
+        path, status, diff_lines=tuple(line[1:] for line in lines), scopes=scopes, module_level=False, added_at=added
+    )
+
+
+def _rules(matrix: Matrix, file: ChangedFile, level: int) -> set[str]:
+    return {r.rule for r in select(matrix, [file]).reasons.get(level, ())}
+
+
+def test_an_adapter_class_name_or_a_peft_path_selects_neither_level1_nor_level5(matrix: Matrix) -> None:
+    file = _change(PEFT, "-        self.rank = rank", "+        self.rank = int(rank)", scopes=("LoRALinearAdapter",))
+    assert select(matrix, [file]).levels == (0,)
+
+
+def test_what_the_save_path_holds_selects_level1(matrix: Matrix) -> None:
+    file = _change(
+        PEFT, "+        state = self.adapter.sharded_state_dict(prefix)", scopes=("LoRALinear", "sharded_state_dict")
+    )
+    assert "aspect:saved-state" in _rules(matrix, file, 1)
+
+
+def test_an_adapters_forward_selects_level5_and_only_there(matrix: Matrix) -> None:
+    forward = _change(PEFT, "+        out = base + self.adapter(x).to(base.dtype)", scopes=("LoRALinear", "forward"))
+    assert "aspect:adapter-step" in _rules(matrix, forward, 5)
+    setup = _change(PEFT, "+        out = base + self.adapter(x).to(base.dtype)", scopes=("LoRALinear", "__init__"))
+    assert 5 not in select(matrix, [setup]).levels
+
+
+def test_a_numerics_default_set_selects_level5_a_check_or_a_new_file_does_not(matrix: Matrix) -> None:
+    provider = "src/megatron/bridge/models/gpt_provider.py"
+    changed = _change(
+        provider, "-    cross_entropy_loss_fusion: bool = True", "+    cross_entropy_loss_fusion: bool = False"
+    )
+    assert "aspect:numerics-defaults" in _rules(matrix, changed, 5)
+    ddp = _change("src/megatron/bridge/training/utils/config_utils.py", '+        "grad_reduce_in_fp32": True,')
+    assert "aspect:numerics-defaults" in _rules(matrix, ddp, 5)
+    check = _change(provider, "+        assert not self.gradient_accumulation_fusion, 'needs TE'")
+    removed = _change(provider, "-    attention_softmax_in_fp32: bool = False")
+    copied = _change(provider, "+    cross_entropy_loss_fusion: bool = True", status="A")
+    assert all("aspect:numerics-defaults" not in _rules(matrix, f, 5) for f in (check, removed, copied))
+
+
+def test_writing_adapter_weights_outside_the_optimizer_selects_level5(matrix: Matrix) -> None:
+    file = _change(PEFT, "+            torch.distributed.broadcast(p, src=0, group=self.ep_group)", scopes=("sync",))
+    assert "aspect:adapter-weights" in _rules(matrix, file, 5)
+
+
+LOG_DIFF = """diff --git a/src/megatron/bridge/models/conversion/model_bridge.py b/src/megatron/bridge/models/conversion/model_bridge.py
+--- a/src/megatron/bridge/models/conversion/model_bridge.py
++++ b/src/megatron/bridge/models/conversion/model_bridge.py
+@@ -620,6 +620,6 @@ class MegatronModelBridge:
+             if rope_type not in (None, "default"):
+                 logger.warning(
+-                    f"Unsupported {rope_type=} for MLA model; "
++                    f"Unsupported rope_type {rope_type!r} for an MLA model; "
+                     "defaulting to no scaling."
+                 )
+"""
+
+
+def test_a_log_message_selects_nothing_and_says_why(matrix: Matrix) -> None:
+    diffs = parse_unified_diff(LOG_DIFF)
+    (file,) = with_diff([ChangedFile(p) for p in diffs], diffs)
+    assert file.log_only
+    sel = select(matrix, [file])
+    assert sel.levels == () and "only log messages changed" in sel.off_surface[file.path]
+    code = LOG_DIFF.replace("@@ -620,6 +620,6 @@", "@@ -620,6 +620,7 @@") + "+            rope_type = None\n"
+    diffs = parse_unified_diff(code)
+    assert not with_diff([ChangedFile(p) for p in diffs], diffs)[0].log_only
+
+
+def test_the_trees_tell_a_log_change_from_code() -> None:
+    old = b"def f(x):\n    logger.info('a %s', x)\n    return x\n"
+    assert log_only_change(old, b"def f(x):\n    logger.debug('b %s', x)\n    return x\n")
+    assert log_only_change(old, b"def f(x):\n    return x\n")
+    assert not log_only_change(old, b"def f(x):\n    logger.info('a %s', x)\n    return x + 1\n")
+
+
+CONFIG_SOURCE = b"""
+VERSION = (0, 7, 0)
+NAME = ".".join(map(str, VERSION))
+
+
+class LoggerConfig:
+    skip_train_metrics_log: bool = False
+    '''docs'''
+
+    def finalize(self):
+        return None
+"""
+
+
+def test_which_classes_a_change_only_sets_values_of() -> None:
+    assert owners(CONFIG_SOURCE, [7, 8]) == {"LoggerConfig"}
+    assert owners(CONFIG_SOURCE, [2]) == {""}
+    assert owners(CONFIG_SOURCE, [3]) is None  # a value computed by a call runs code at import
+    assert owners(CONFIG_SOURCE, [11]) is None  # a method's body
+
+
+def _record(*qualnames: str, path: str = CONFIG) -> Ran:
+    return Ran(0, "lora-ddp", "qwen", "", "", {path: frozenset({"<module>", *qualnames})})
+
+
+def test_a_config_class_no_cell_builds_selects_nothing(matrix: Matrix) -> None:
+    file = ChangedFile(CONFIG, diff_lines=("    x: bool = True",), module_level=False, functions=("LoggerConfig",),
+                       definitions=("LoggerConfig",))  # fmt: skip
+    imported = select(matrix, [file], ran=[_record("LoggerConfig")])
+    assert imported.levels == () and "none builds LoggerConfig" in imported.off_surface[CONFIG]
+    built = select(matrix, [file], ran=[_record("LoggerConfig", "LoggerConfig.finalize")])
+    assert built.levels == (0,)
+
+
+def test_module_values_of_an_ignored_file_stay_ignored_though_the_module_ran(matrix: Matrix) -> None:
+    version = "src/megatron/bridge/package_info.py"
+    file = ChangedFile(version, diff_lines=("PATCH = 1",), module_level=True, functions=(), definitions=("",))
+    sel = select(matrix, [file], ran=[_record(path=version)])
+    assert sel.levels == () and version in sel.ignored["off-surface"]
+
+
+MODELS = {
+    "src/megatron/bridge/models/gemma/gemma_provider.py": b"from x import fast_gelu\nACT = fast_gelu\n",
+    "src/megatron/bridge/models/gemma/gemma_bridge.py": b"@MegatronModelBridge.register_bridge(source='GemmaForCausalLM')\n"
+    b"class GemmaBridge:\n    pass\nfrom megatron.bridge.models.gemma.gemma_provider import ACT\n",
+    "src/megatron/bridge/models/qwen/qwen2_bridge.py": b"@MegatronModelBridge.register_bridge(source='Qwen2ForCausalLM')\n"
+    b"class Qwen2Bridge:\n    act = 'silu'\n",
+    "src/megatron/bridge/models/conversion/model_bridge.py": b"from y import ACTIVATION_FUNC_MAP\n",
+}
+
+
+def test_shared_code_only_some_architectures_name_runs_on_one_of_them(matrix: Matrix) -> None:
+    path = "src/megatron/bridge/utils/activation_map.py"
+    source = b'MAP = {\n    "gelu_pytorch_tanh": fast_gelu,  # alias\n}\n'
+    words = users.symbols(source, [2])
+    assert set(words) == {"gelu_pytorch_tanh", "fast_gelu"}  # the comment's words are not code
+    serves = users.architectures(path, words, source, MODELS)
+    assert serves == ("GemmaForCausalLM",)
+    file = ChangedFile(path, diff_lines=('    "gelu_pytorch_tanh": F.gelu,',), serves=serves, symbols=words)
+    assert Targets(matrix).targets(path, file, changed=False) == ["gemma"]
+    assert users.architectures(path, ("ACTIVATION_FUNC_MAP",), source, MODELS) is None  # shared code uses it
+    both = ChangedFile(path, serves=("GemmaForCausalLM", "Qwen2ForCausalLM"))
+    assert Targets(matrix).users(both) is None  # the default family is among the users: it stays there
+
+
+def test_the_probe_set_is_real_small_changes_with_levels_written_down() -> None:
+    data = json.loads(PROBES.read_text())
+    kinds = {p["kind"] for p in data["probes"]}
+    assert len(data["probes"]) >= 20 and len(kinds) >= 8
+    for p in data["probes"]:
+        assert set(p["must"]) <= set(p["allowed"]), p["id"]
+        diffs = parse_unified_diff(p["diff"])
+        changed = sum(len(d.lines) for d in diffs.values())
+        assert diffs and 1 <= changed <= 6, p["id"]  # one to three lines, each removed and added at most
