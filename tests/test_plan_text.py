@@ -46,8 +46,8 @@ def test_a_budget_lists_what_waits_with_its_estimate() -> None:
 def test_reasons_read_as_plain_sentences() -> None:
     text = _text(diff=str(NAN_DIFF))
     assert "in the in" not in text
-    assert "(`Adapter` in the name of ParallelLinearAdapter, which encloses the change)" in text
-    assert "    - aspect saved-state, family qwen (src/megatron/bridge/peft/utils.py):" in text
+    assert "(`alpha / self.dim` in the changed lines)" in text  # what the change computes, not a class name
+    assert "    - aspect learning-numerics, family qwen (src/megatron/bridge/peft/utils.py):" in text
     assert "    - rule peft, family qwen (src/megatron/bridge/peft/utils.py):" in text
     example = _text(example="new-provider")
     assert "<module>" not in example and "executed the changed code (e.g. module-level code)" in example
