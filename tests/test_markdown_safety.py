@@ -162,3 +162,15 @@ class _CodeText(HTMLParser):
         parser = cls()
         parser.feed(MarkdownIt("commonmark").render(markdown))
         return parser.text
+
+
+def test_changed_lines_no_cell_executes_are_said_once_and_literally() -> None:
+    """The plan's note quotes the PR's own code (a branch condition): shown, but never as markdown."""
+    from verl_e2e.report.comment import render
+    from verl_e2e.report.sections import Context
+
+    note = "src/megatron/bridge/x.py:12 (under `if self.cp.size() > 1 and **bold** @org/team`; no cell runs them)"
+    body = render([], Context(unexecuted=[note]))
+    assert "**Changed lines no cell executes**" in body
+    line = next(x for x in body.splitlines() if "x.py:12" in x)
+    assert line.startswith("- `") and line.rstrip().endswith("`"), line

@@ -16,7 +16,7 @@ from typing import Any
 
 from verl_e2e.judge.verdict import Verdict
 from verl_e2e.report.fullsummary import CHECK_SUMMARY_LIMIT, render_full
-from verl_e2e.report.markup import block, html_code
+from verl_e2e.report.markup import block, html_code, span
 from verl_e2e.report.regression import counts_against_the_pr
 from verl_e2e.report.rows import CAUSE_CHARS, ICON, culprit, ordered, table
 from verl_e2e.report.sections import COMMAND, Context, headline, limitations, overall, top
@@ -72,6 +72,16 @@ def skipped_line(ctx: Context) -> list[str]:
     return ["", f"**Levels not run:** {', '.join(levels)} (the plan's reasons are in the job summary)."]
 
 
+def unexecuted_lines(ctx: Context) -> list[str]:
+    """Changed lines no planned cell executes (a branch only a layout no cell has takes): said plainly,
+    since a Pass then proves nothing about them. The text quotes the PR's code: shown literally."""
+    if not ctx.unexecuted:
+        return []
+    shown = [f"- {span(u, table=False)}" for u in ctx.unexecuted[:5]]
+    more = [f"- and {len(ctx.unexecuted) - 5} more (the plan lists them)"] if len(ctx.unexecuted) > 5 else []
+    return ["", "**Changed lines no cell executes** (no result here covers them):", *shown, *more]
+
+
 def where_the_rest_is(ctx: Context) -> str:
     """The comment's last line: where the detail it leaves out is, and how to run more."""
     where = "the workflow run's job summary and the run dirs" + (" (linked above)" if ctx.run_url else "")
@@ -81,7 +91,7 @@ def where_the_rest_is(ctx: Context) -> str:
 def render(verdicts: Sequence[Verdict], ctx: Context, limit: int = LIMIT, with_marker: bool = True) -> str:
     """The PR comment, never longer than `limit` characters."""
     head = [*([marker(ctx.section)] if with_marker else []), *top(verdicts, ctx)]
-    tail = [*limitations(verdicts), *skipped_line(ctx), "", where_the_rest_is(ctx)]
+    tail = [*unexecuted_lines(ctx), *limitations(verdicts), *skipped_line(ctx), "", where_the_rest_is(ctx)]
     fixed = len("\n".join(head)) + len("\n".join(tail)) + 200
     blocks, used, left_out = [], 0, 0
     for v in ordered(verdicts):

@@ -120,6 +120,7 @@ def report(req: ReportRequest, env: Mapping[str, str], say: Callable[[str], None
         reasons=plan.get("reasons", {}),
         uncovered=plan.get("uncovered", {}),
         deferred=[d for d in plan.get("deferred") or [] if isinstance(d, dict)],
+        unexecuted=[u for u in (plan.get("context") or {}).get("unexecuted") or [] if isinstance(u, str)],
         section=req.section or ("scheduled" if req.tracking_issue else ""),
         job_failures=job_failures,
         pre_existing_fails=req.pre_existing_fails,

@@ -36,6 +36,7 @@ class Context:
     pre_existing_fails: bool = False  # site setting: a failure already on the merge base fails the check
     uncovered: Mapping[str, Sequence[str]] = field(default_factory=dict)  # selected level -> why it has no cell
     deferred: Sequence[Mapping[str, Any]] = ()  # cells over the GPU budget (plan.json `deferred`)
+    unexecuted: Sequence[str] = ()  # changed lines no planned cell executes (plan.json context.unexecuted)
     section: str = ""  # "" for the automatic run's comment; e.g. "request-123" for a comment's own
 
 
