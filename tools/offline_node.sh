@@ -6,8 +6,8 @@
 #   tools/offline_node.sh setup WORK WHEELS_DIR VERL_TGZ BRIDGE_TGZ MAKE_ASSETS_PY [MEGATRON_LM_COMMIT]
 #   tools/offline_node.sh run WORK CELL_ID [extra run-cell flags...]
 #
-# `run` plans the cell on the tiny Qwen2 (family qwen); FAMILY=qwen3_moe MODEL=local/tiny-qwen3-moe
-# runs the MoE family on the tiny Qwen3-MoE that setup also makes.
+# `run` plans the cell on FAMILY (default qwen) with the model setup made for it: the tiny Qwen2 (qwen), the
+# tiny Qwen3-MoE (qwen3_moe), the real SmolLM2-135M-Instruct (llama), else tiny/<family>; MODEL= overrides.
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
 # inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe, smollm2-135m, and tiny/<family>, datasets/gsm8k
 # and arith)
@@ -90,7 +90,18 @@ run() {
   # BRIDGE=DIR runs another checkout (a mutation's worktree) instead of WORK/Megatron-Bridge
   local bridge=${BRIDGE:-$work/Megatron-Bridge}
   if [ -n "${VERL_E2E_PLAN_BASE:-}" ]; then diff=(--repo "$bridge" --base "$VERL_E2E_PLAN_BASE" --head HEAD); fi
-  python3 -m verl_e2e plan --levels "$level" --family "${FAMILY:-qwen}" --model "${MODEL:-local/tiny-qwen2}" "${diff[@]}" \
+  # each family's model on this node: the real SmolLM2 for llama, the tiny Qwen2 and Qwen3-MoE, else the
+  # family's tiny model from setup; MODEL= overrides
+  local family=${FAMILY:-qwen} model=${MODEL:-}
+  if [ -z "$model" ]; then
+    case $family in
+      qwen) model=local/tiny-qwen2 ;;
+      qwen3_moe) model=local/tiny-qwen3-moe ;;
+      llama) model=local/smollm2-135m ;;
+      *) model=tiny/$family ;;
+    esac
+  fi
+  python3 -m verl_e2e plan --levels "$level" --family "$family" --model "$model" "${diff[@]}" \
     --out "$work/plan-$$-L$level.json" --format text >/dev/null
   # --num-gpus 1 --gpus 0: one GPU, named (the plan's cells ask for 2); data.dataloader_num_workers=0
   # for small hosts. The Megatron-Core is the default's choice (--megatron-lm auto: the pinned submodule,

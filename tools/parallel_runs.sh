@@ -3,10 +3,10 @@
 # (`tools/offline_node.sh setup` first). Each entry is LABEL:MUTATION:CELL[:HYDRA,HYDRA...[:FAMILY[:MODEL]]]:
 #   MUTATION  `-` runs WORK/Megatron-Bridge as it is; a name from tools/mutate_bridge.py runs that
 #             mutation committed in its own worktree (WORK/bridges/LABEL), planned from its diff
-#   CELL      the cell id to run (its level comes from the id), on FAMILY/MODEL (default llama, SmolLM2)
+#   CELL      the cell id to run (its level comes from the id), on FAMILY/MODEL (default llama: SmolLM2)
 #   HYDRA     extra overrides for that cell (comma-separated), e.g. actor_rollout_ref.actor.optim.lr=0.0
-#   FAMILY    the family to plan (default $FAMILY); MODEL its checkpoint under the cache (default
-#             tiny/FAMILY when FAMILY is given, else $MODEL), e.g. l0-gemma:-:L0-lora-ddp-gemma::gemma
+#   FAMILY    the family to plan (default $FAMILY); MODEL its checkpoint under the cache (default: the one
+#             offline_node.sh run picks for that family, else $MODEL), e.g. l0-gemma:-:L0-lora-ddp-gemma::gemma
 #
 #   STAGGER=40 GPU_SHARE=0.1 MAX_PARALLEL=6 tools/parallel_runs.sh WORK l0:-:L0-lora-ddp-llama l5:-:L5-learning-signal-llama
 #
@@ -21,7 +21,7 @@ shift
 [ $# -gt 0 ] || { echo "parallel_runs.sh: name at least one LABEL:MUTATION:CELL entry" >&2; exit 2; }
 work=$(cd "$work" && pwd)
 export PYTHONPATH="$repo/ci:$work/site${PYTHONPATH:+:$PYTHONPATH}"
-export FAMILY=${FAMILY:-llama} MODEL=${MODEL:-local/smollm2-135m}
+export FAMILY=${FAMILY:-llama} MODEL=${MODEL:-}
 stagger=${STAGGER:-40}
 share=${GPU_SHARE:-0.1}
 max=${MAX_PARALLEL:-6}  # cells running at once; the next one starts when one ends
@@ -42,7 +42,7 @@ declare -A pids started
 started0=$(date +%s)
 for entry in "$@"; do
   IFS=: read -r label mutation cell hydra family model <<< "$entry"
-  if [ -n "$family" ]; then model=${model:-tiny/$family}; else family=$FAMILY model=$MODEL; fi
+  if [ -z "$family" ]; then family=$FAMILY model=$MODEL; fi  # an empty MODEL: offline_node.sh's pick for the family
   if [ -z "$label" ] || [ -z "$mutation" ] || [ -z "$cell" ]; then
     echo "parallel_runs.sh: $entry: expected LABEL:MUTATION:CELL[:HYDRA,...]" >&2; exit 2
   fi
