@@ -174,3 +174,12 @@ def test_changed_lines_no_cell_executes_are_said_once_and_literally() -> None:
     assert "**Changed lines no cell executes**" in body
     line = next(x for x in body.splitlines() if "x.py:12" in x)
     assert line.startswith("- `") and line.rstrip().endswith("`"), line
+
+
+def test_the_plan_summary_quotes_its_warnings_literally() -> None:
+    """Plan warnings can carry the PR's own code (a branch condition, an architecture name)."""
+    from verl_e2e.plan.contract import _literal
+
+    hostile = "x.py:3 (under `if a > 1` **bold** [link](https://evil) @org/team other/repo#1)"
+    quoted = _literal(hostile)
+    assert quoted.startswith("`` ") and quoted.endswith(" ``") and "\n" not in _literal("a\nb")

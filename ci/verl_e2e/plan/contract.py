@@ -9,6 +9,7 @@ output is byte-for-byte reproducible.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -160,14 +161,23 @@ def render_markdown(plan: Plan, matrix: Matrix) -> str:
     for level in sorted(matrix.levels):
         if level in s.reasons:
             why = "; ".join(f"`{r.rule}` ({r.family})" for r in s.reasons[level])
-            why += "".join(f"; **not covered**: {w}" for w in plan.uncovered.get(level, ()))
+            uncovered = "".join(f"; **not covered**: {_literal(w)}" for w in plan.uncovered.get(level, ()))
+            why += uncovered.replace("|", "\\|")
             lines.append(f"| {level} {matrix.levels[level].title} | yes | {why} |")
         else:
             why = s.skipped.get(level, "").replace("|", "\\|")
             lines.append(f"| {level} {matrix.levels[level].title} | no | {why} (`/verl-e2e level={level}`) |")
     for warning in s.warnings:
-        lines += ["", f"> [!WARNING]\n> {warning}"]
+        lines += ["", f"> [!WARNING]\n> {_literal(warning)}"]
     return "\n".join(lines) + "\n"
+
+
+def _literal(text: str) -> str:
+    """Text that may quote the PR's code (a branch condition, an architecture name) as one code span: its
+    fence longer than any backtick run inside, so nothing in it renders as markdown, a link or a mention."""
+    flat = " ".join(text.split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    return f"{fence} {flat} {fence}"
 
 
 def append_outputs(path: Path, outputs: Mapping[str, str]) -> None:
