@@ -16,8 +16,8 @@ library only, because the image's Python is not ours. Steps, each recorded in th
   7. reward model from the cache, or `reward.reward_model.enable=False` recorded as a limitation
   8. dummy-model config from the cached checkpoint config, when the cell uses one
   9. what an earlier phase of this cell left running is stopped (only the cell's own processes, found
-     by a token in their environment: never another cell's Ray), stale checkpoints removed (kept between the cell's phases), then each
-     phase through verl's wrapper with the cell's env and Hydra args plus the Ray runtime_env
+     by a token in their environment: never another cell's Ray), stale checkpoints removed (kept
+     between the cell's phases), then each phase through verl's wrapper with the cell's env and Hydra args plus the Ray runtime_env
      PYTHONPATH override; output teed into <phase>.log       -> phases.json, checkpoints.json
 
 A failure before step 9 is written as provenance.json "setup_failure" and stops the cell. SIGTERM
@@ -123,7 +123,7 @@ def stop_own_processes(token: str, grace: float = 10.0) -> int:
     cluster included (Ray's processes inherit the environment of the driver that started them).
 
     `ray stop --force` would end every Ray process on the machine, other cells' and the user's own
-    clusters too; a cell only ever stops what it started. Returns how many processes were signalled.
+    clusters too; a cell only ever stops what it started. Returns how many outlived SIGKILL (0 normally).
     """
     marker = f"{CELL_TOKEN}={token}".encode()
     me = os.getpid()
