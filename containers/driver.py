@@ -8,7 +8,8 @@ library only, because the image's Python is not ours. Steps, each recorded in th
   2. PYTHONPATH: Bridge src/ and its Megatron-LM (--megatron-lm), then verl, plus the import probe
   3. where the driver imports megatron.bridge from (`--import-check full`: also a Ray task of its
      own); verl's own Ray workers report theirs through the probe; a path outside the mounted
-     checkout stops the cell (Blocked)
+     checkout stops the cell (Blocked); then megatron.bridge and every Bridge module verl imports
+     are imported for real (not with `location`): an error raised in Bridge's code stops the cell (Fail)
   4. the environment preflight (preflight.py): Blocked on what verl cannot run without, overrides
      and limitations for what it can avoid                   -> provenance.json "environment"
   5. focused Bridge tests, when the cell asks for them         -> bridge-tests.json
@@ -17,8 +18,9 @@ library only, because the image's Python is not ours. Steps, each recorded in th
   8. dummy-model config from the cached checkpoint config, when the cell uses one
   9. what an earlier phase of this cell left running is stopped (only the cell's own processes, found
      by a token in their environment: never another cell's Ray), stale checkpoints removed (kept
-     between the cell's phases), then each phase through verl's wrapper with the cell's env and Hydra args plus the Ray runtime_env
-     PYTHONPATH override; output teed into <phase>.log       -> phases.json, checkpoints.json
+     between the cell's phases), then each phase through verl's wrapper with the cell's env and Hydra
+     args plus the Ray runtime_env PYTHONPATH override and a Ray cluster of its own; output teed into
+     <phase>.log                                                  -> phases.json, checkpoints.json
 
 A failure before step 9 is written as provenance.json "setup_failure" and stops the cell. SIGTERM
 (docker stop, a cancelled job) kills the running phase's process group and records it as cancelled.
