@@ -6,7 +6,8 @@ them into one record after every phase, so a cell stopped later still keeps what
 
     {"functions": [{"file": "src/megatron/bridge/peft/lora.py", "qualname": "LoRA.transform",
                     "line": 120, "phases": ["run"]}, ...],
-     "processes": {"run": 5}, "python": "3.12.3"}
+     "processes": {"run": 5}, "python": "3.12.3",
+     "lines": {"run": {"src/megatron/bridge/peft/lora.py": [[120, 131], [140, 140]], ...}}}
 
 Standard library only (runs inside the verl image). Lines that are not records are skipped.
 """
@@ -56,10 +57,55 @@ def merge(trace_dir, out_file):
                     phases.append(phase_dir.name)
     functions = [{"file": f, "qualname": q, "line": n, "phases": phases} for (f, q, n), phases in sorted(seen.items())]
     data = {"functions": functions, "processes": processes, "python": sys.version.split()[0]}
+    lines = _merge_lines(trace_dir)
+    if lines:
+        data["lines"] = lines
     tmp = Path(str(out_file) + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(out_file)
     return len(functions)
+
+
+MAX_LINES = 2_000_000
+
+
+def _line_records(path):
+    """(file, line) pairs of a probe's lines-<pid>.txt (`F<TAB>index<TAB>path` declares a file)."""
+    files = {}
+    with open(path, "rb") as fh:
+        for raw in fh:
+            parts = raw.decode("utf-8", "replace").rstrip("\n").split("\t")
+            if len(parts) == 3 and parts[0] == "F" and parts[1].isdigit():
+                files[parts[1]] = parts[2][:500]
+            elif len(parts) == 2 and parts[0] in files and parts[1].isdigit():
+                yield files[parts[0]], int(parts[1])
+
+
+def _ranges(numbers):
+    """Sorted line numbers as [[first, last], ...] runs (what the plan compares changed lines with)."""
+    out = []
+    for n in sorted(numbers):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
+def _merge_lines(trace_dir):
+    """{phase: {file: [[first, last], ...]}}: every Bridge line a phase's processes ran."""
+    merged, count = {}, 0
+    for phase_dir in sorted(p for p in Path(trace_dir).glob("*") if p.is_dir()):
+        seen = {}
+        for path in sorted(phase_dir.glob("lines-*.txt")):
+            for file, line in _line_records(path):
+                lines = seen.setdefault(file, set())
+                if line not in lines and count < MAX_LINES:
+                    lines.add(line)
+                    count += 1
+        if seen:
+            merged[phase_dir.name] = {f: _ranges(n) for f, n in sorted(seen.items())}
+    return merged
 
 
 MAX_UPDATES = 20_000

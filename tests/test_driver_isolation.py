@@ -183,3 +183,49 @@ def test_vllm_samples_without_flashinfer_where_it_is_missing() -> None:
     assert notes and "VLLM_USE_FLASHINFER_SAMPLER=0" in notes[0]
     assert preflight.environment({"found": {"flashinfer": "/site/flashinfer/__init__.py"}, "engine": "vllm"})[0] == {}
     assert preflight.environment({"found": {}, "engine": "sglang"})[0] == {}
+
+
+def _python312() -> str | None:
+    """A Python with `sys.monitoring` (3.12+), which the probe's records need: this one, or one pyenv keeps."""
+    pyenv = sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.1[2-9]*/bin/python3"))
+    for python in (sys.executable, *pyenv):
+        check = "import sys; sys.exit(0 if hasattr(sys, 'monitoring') else 1)"
+        if subprocess.run([python, "-c", check], capture_output=True, check=False).returncode == 0:
+            return python
+    return None
+
+
+def test_the_probe_records_the_bridge_lines_that_ran_and_not_the_branch_that_did_not(tmp_path: Path) -> None:
+    python = _python312()
+    if python is None:
+        pytest.skip("no Python 3.12+ here: the probe's records need sys.monitoring (pyenv install 3.12)")
+    bridge = tmp_path / "Megatron-Bridge"
+    pkg = bridge / "src" / "megatron" / "bridge"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mapping.py").write_text(
+        textwrap.dedent(
+            """\
+            def gather(tp_size):
+                out = [1]
+                if tp_size > 1:
+                    out.append(2)  # line 4: only at TP > 1
+                return out
+            """
+        )
+    )
+    trace = tmp_path / "trace" / "run"
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{ROOT / 'containers' / 'probe'}:{bridge / 'src'}",
+        VERL_E2E_TRACE_DIR=str(trace),
+        VERL_E2E_TRACE_ROOT=str(bridge),
+    )
+    script = "from megatron.bridge.mapping import gather; gather(1); gather(1)"
+    subprocess.run([python, "-c", script], env=env, check=True, capture_output=True)
+    assert functions.merge(tmp_path / "trace", tmp_path / "bridge-functions.json") >= 2
+    data = json.loads((tmp_path / "bridge-functions.json").read_text())
+    ran = data["lines"]["run"]["src/megatron/bridge/mapping.py"]
+    covered = {n for first, last in ran for n in range(first, last + 1)}
+    assert {2, 3, 5} <= covered and 4 not in covered, ran
+    assert {"gather", "<module>"} <= {f["qualname"] for f in data["functions"]}

@@ -86,17 +86,46 @@ def _trace_bridge_functions():
     base = root.rstrip("/") + "/"
     prefix = base + "src/megatron/bridge/"
     disable = monitoring.DISABLE
+    line_event = monitoring.events.LINE
+    ran_line = _line_recorder(out, base, disable)
 
     def started(code, offset):  # noqa: ARG001 - the PY_START signature
         if code.co_filename.startswith(prefix):
             record = {"file": code.co_filename[len(base) :], "qualname": code.co_qualname, "line": code.co_firstlineno}
             with contextlib.suppress(OSError):
                 os.write(fd, (json.dumps(record) + "\n").encode("utf-8", "replace"))
+            if ran_line is not None:  # this code object's lines, each once (no other code pays for it)
+                with contextlib.suppress(ValueError):
+                    monitoring.set_local_events(tool, code, line_event)
         return disable
 
     monitoring.use_tool_id(tool, "verl-e2e")
     monitoring.register_callback(tool, monitoring.events.PY_START, started)
+    if ran_line is not None:
+        monitoring.register_callback(tool, line_event, ran_line)
     monitoring.set_events(tool, monitoring.events.PY_START)
+
+
+def _line_recorder(out, base, disable):
+    """A LINE callback writing each Bridge line the first time it runs to <dir>/lines-<pid>.txt, compactly
+    (`F<TAB>index<TAB>path` once per file, then `index<TAB>line`): a changed line inside a function a cell
+    ran may still sit in a branch that never ran there, and only line records can tell."""
+    try:
+        fd = os.open(os.path.join(out, f"lines-{os.getpid()}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return None
+    files = {}
+
+    def ran_line(code, line):
+        index = files.get(code.co_filename)
+        with contextlib.suppress(OSError):
+            if index is None:
+                index = files[code.co_filename] = len(files)
+                os.write(fd, f"F\t{index}\t{code.co_filename[len(base):]}\n".encode("utf-8", "replace"))
+            os.write(fd, f"{index}\t{line}\n".encode())
+        return disable
+
+    return ran_line
 
 
 _trace_bridge_functions()
