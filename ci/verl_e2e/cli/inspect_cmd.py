@@ -48,6 +48,9 @@ def cmd_families(args: argparse.Namespace, stdout: TextIO) -> int:
         flags = [f for f in ("moe", "vlm", "mtp") if fam.flags.get(f)]
         dummy = " (dummy)" if fam.model.dummy is not None else ""
         stdout.write(f"{fam.name:<16} {fam.model.model}{dummy}  {' '.join(flags)}".rstrip() + "\n")
+        if fam.cannot_run is not None:
+            kinds = f" ({', '.join(fam.blocked_kinds)} variants)" if fam.blocked_kinds else ""
+            stdout.write(f"{'':<16} cannot run in verl today{kinds}: {fam.cannot_run}\n")
     return 0
 
 

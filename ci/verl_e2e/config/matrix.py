@@ -81,6 +81,16 @@ class Family:
     dir: str = ""  # the Bridge model directory (default: the family's name)
     architectures: tuple[str, ...] = ()  # HF architectures whose registration this family runs
     mtp_model: ModelRef | None = None
+    # why this family cannot run in verl today, and the run that showed it (None: it can); `blocked_kinds`
+    # the variant kinds it applies to (empty: every kind)
+    cannot_run: str | None = None
+    blocked_kinds: tuple[str, ...] = ()
+
+    def blocked(self, kind: str) -> str | None:
+        """Why a variant of this kind cannot run on this family in verl today, or None."""
+        if self.cannot_run is None or (self.blocked_kinds and kind not in self.blocked_kinds):
+            return None
+        return self.cannot_run
 
     def has(self, flag: Flag, files_in_family: tuple[str, ...] = ()) -> bool:
         """Whether the flag applies; a glob-limited flag applies only if one of the files matches it."""
@@ -272,6 +282,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         value = node.get(flag, False)
         flags[flag] = value if isinstance(value, bool) else PathSet.parse(value, f"$.families.{name}.{flag}")
     moe, mtp = node.get("moe_model"), node.get("mtp_model")
+    blocked = node.get("cannot_run", {})
     return Family(
         name=name,
         model=ModelRef(node["model"], node.get("dummy")),
@@ -282,6 +293,8 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         dir=node.get("dir", name),
         architectures=tuple(node.get("architectures", ())),
         mtp_model=ModelRef(mtp["model"], mtp.get("dummy")) if mtp else None,
+        cannot_run=f"{blocked['why']} (seen: {blocked['seen']})" if blocked else None,
+        blocked_kinds=tuple(blocked.get("kinds", ())),
     )
 
 

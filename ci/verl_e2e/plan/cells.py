@@ -180,6 +180,11 @@ def _cell(
 
 
 def _variants(matrix: Matrix, level: int, family: Family, kinds: frozenset[str]) -> list[Variant]:
+    """The level's variants a change of these kinds runs on this family (none the family cannot run)."""
+    return [v for v in _wanted(matrix, level, family, kinds) if family.blocked(v.applies_to) is None]
+
+
+def _wanted(matrix: Matrix, level: int, family: Family, kinds: frozenset[str]) -> list[Variant]:
     return [
         v
         for v in matrix.levels[level].variants
@@ -195,6 +200,7 @@ def scheduled_cells(matrix: Matrix) -> list[Cell]:
     cells = [
         _cell(matrix, level=0, variant=base, family=f, kinds=frozenset({"all"}), model=None)
         for _, f in sorted(matrix.families.items())
+        if f.blocked(base.applies_to) is None
     ]
     default = matrix.families[matrix.defaults.family]
     for level, lvl in sorted(matrix.levels.items()):
@@ -234,6 +240,12 @@ def uncovered(matrix: Matrix, selection: Selection) -> dict[int, list[str]]:
         for fam_name, kinds in selection.targets.get(level, {}).items():
             family = matrix.families[fam_name]
             made = {v.applies_to for v in _variants(matrix, level, family, kinds)}
+            for v in _wanted(matrix, level, family, kinds):
+                why = family.blocked(v.applies_to)
+                if why is not None:
+                    out.setdefault(level, []).append(f"{fam_name}: cannot run in verl today: {why}")
+            if not made and any(family.blocked(v.applies_to) for v in _wanted(matrix, level, family, kinds)):
+                continue
             if not made:
                 wanted = ", ".join(KIND_WORDS.get(k, "generic") for k in sorted(kinds))
                 out.setdefault(level, []).append(
