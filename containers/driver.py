@@ -404,7 +404,7 @@ def run_phases(
             status=status, exit_code=code, duration_s=round(time.time() - started, 3), log_tail=tail[-10:]
         )
         try:
-            count = functions.merge(args.out / "trace", args.out / "bridge-functions.json")
+            count = functions.merge(args.out / "trace", args.out / "bridge-functions.json", args.bridge.resolve())
             log(f"phase {phase['name']}: {count} Bridge function(s) ran so far (bridge-functions.json)")
             steps = functions.merge_updates(args.out / "trace", args.out / "updates.json")
             log(f"phase {phase['name']}: {steps} optimizer step(s) recorded so far (updates.json)")

@@ -7,11 +7,13 @@ them into one record after every phase, so a cell stopped later still keeps what
     {"functions": [{"file": "src/megatron/bridge/peft/lora.py", "qualname": "LoRA.transform",
                     "line": 120, "phases": ["run"]}, ...],
      "processes": {"run": 5}, "python": "3.12.3",
-     "lines": {"run": {"src/megatron/bridge/peft/lora.py": [[120, 131], [140, 140]], ...}}}
+     "lines": {"run": {"src/megatron/bridge/peft/lora.py": [[120, 131], [140, 140]], ...}},
+     "blobs": {"src/megatron/bridge/peft/lora.py": "<git blob id of the file the lines are of>", ...}}
 
 Standard library only (runs inside the verl image). Lines that are not records are skipped.
 """
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -41,8 +43,30 @@ def _records(path):
             yield rec["file"], rec["qualname"], line if isinstance(line, int) else 0
 
 
-def merge(trace_dir, out_file):
-    """Fold every phase's records under `trace_dir` into `out_file`; returns the function count."""
+def blob_id(path):
+    """The git blob id of a file (what `git hash-object` prints): the plan compares a change's base file
+    with the file a cell's line records are of by this id, so line numbers are never read against
+    another version of the file."""
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()  # git's object id
+
+
+def _blobs(root, files):
+    out = {}
+    for file in sorted(files):
+        target = Path(root, file)
+        if not file.startswith("src/") or ".." in Path(file).parts or not target.is_file():
+            continue
+        try:
+            out[file] = blob_id(target)
+        except OSError:
+            continue
+    return out
+
+
+def merge(trace_dir, out_file, root=None):
+    """Fold every phase's records under `trace_dir` into `out_file`; returns the function count.
+    `root`: the Bridge checkout the cell ran, whose files' blob ids go with the line records."""
     seen = {}
     processes = {}
     for phase_dir in sorted(p for p in Path(trace_dir).glob("*") if p.is_dir()):
@@ -60,6 +84,8 @@ def merge(trace_dir, out_file):
     lines = _merge_lines(trace_dir)
     if lines:
         data["lines"] = lines
+        if root is not None:
+            data["blobs"] = _blobs(root, {f for per_file in lines.values() for f in per_file})
     tmp = Path(str(out_file) + ".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(out_file)

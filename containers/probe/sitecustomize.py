@@ -121,7 +121,7 @@ def _line_recorder(out, base, disable):
         with contextlib.suppress(OSError):
             if index is None:
                 index = files[code.co_filename] = len(files)
-                os.write(fd, f"F\t{index}\t{code.co_filename[len(base):]}\n".encode("utf-8", "replace"))
+                os.write(fd, f"F\t{index}\t{code.co_filename[len(base) :]}\n".encode("utf-8", "replace"))
             os.write(fd, f"{index}\t{line}\n".encode())
         return disable
 

@@ -6,6 +6,8 @@ verl's pin moves (`defaults.verl_ref` in matrix.yaml) or Bridge gains models. Wi
 import list of the current index is kept, so a Bridge-only refresh needs no verl checkout.
 `--runs RUN_DIR ...` merges each run dir's `bridge-functions.json` into `data/runtime.json` (a newer
 record of the same cell replaces the older one); the scheduled run does this on the base branch.
+With `--runs`, `--bridge DIR` names the checkout the runs ran: line records written before the driver
+recorded each file's blob id get them from it (line numbers are only ever compared within one blob).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _merge_runs(args: argparse.Namespace, stdout: TextIO, progress: Progress) ->
     records = []
     for run_dir in args.runs:
         with progress.step(f"reading {run_dir}/bridge-functions.json"):
-            ran = runtime.from_run_dir(run_dir)
+            ran = runtime.from_run_dir(run_dir, args.bridge)
         if ran is None:
             raise UsageError(f"surface --runs {run_dir}: needs cell.json, provenance.json and bridge-functions.json")
         if not ran.functions:

@@ -34,6 +34,10 @@ class ChangedFile:
     architectures: tuple[str, ...] | None = None  # HF architectures the file serves; None: not known
     module_level: bool = True  # the change may touch module-level code (unknown counts as yes)
     added_at: tuple[int, ...] = ()  # new-side line numbers of the added lines (where a frame can point)
+    # the base file's blob id and the base lines that stand for the change (anchors.py), to compare with
+    # the lines recorded cells ran; None where the diff does not say
+    old_blob: str | None = None
+    base_lines: tuple[int, ...] | None = None
     # the innermost def/class of every changed line, qualified (`Cls.method`), from both ASTs; None when
     # no AST was read (a diff alone names scopes, not which one a line belongs to)
     functions: tuple[str, ...] | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan.anchors import Anchors
 from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.fields import Assigned, TextScopes
 from verl_e2e.plan.hunks import Found, HunkSides
@@ -25,6 +26,7 @@ _OTHER_HEADERS = (
     "rename to ", "copy to ", "Binary files ",
 )  # fmt: skip
 _GIT_HEADER = re.compile(r"^diff --git (\S+) (\S+)$")
+_INDEX = re.compile(r"^index ([0-9a-f]{7,40})\.\.[0-9a-f]{7,40}")
 
 
 @dataclass
@@ -44,6 +46,8 @@ class FileDiff:
     assigned: list[Assigned] = field(default_factory=list)
     unassigned: list[Assigned] = field(default_factory=list)
     found: Found = field(default_factory=Found)  # layout conditions and logging calls the hunks show
+    old_blob: str | None = None  # the base file's git blob id (abbreviated as the `index` line gives it)
+    anchors: Anchors = field(default_factory=Anchors)  # base lines that stand for the change (anchors.py)
 
     @property
     def branches(self) -> list[Branch]:
@@ -106,6 +110,9 @@ class _Reader:
             cur.status = "A"
         elif line.startswith("deleted file mode"):
             cur.status = "D"
+        elif _INDEX.match(line):
+            cur.old_blob = _INDEX.match(line).group(1)  # type: ignore[union-attr]
+            return True
         elif line.startswith(("rename from ", "copy from ")):
             cur.old_path = line.split(" ", 2)[2].strip()
             cur.status = "R" if line.startswith("rename") else "C"
@@ -116,6 +123,7 @@ class _Reader:
     def end_hunk(self) -> None:
         if self.current is not None:
             self.sides.finish(self.current.found)
+            self.current.anchors.finish()
 
     def hunk(self, m: re.Match[str]) -> None:
         assert self.current is not None
@@ -142,6 +150,7 @@ class _Reader:
         self._assignment(tag, text)
         if tag in ("+", "-", " ") or line == "":
             self.sides.add(tag or " ", text, self.new_no if tag == "+" else self.old_no)
+            cur.anchors.see(tag or " ", text, self.old_no)
         if tag == "+":
             cur.added.append(text)
             cur.added_at.append(self.new_no)

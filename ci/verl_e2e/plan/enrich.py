@@ -53,6 +53,8 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 f,
                 diff_lines=d.lines,
                 added_at=tuple(d.added_at),
+                old_blob=d.old_blob,
+                base_lines=d.anchors.base_lines(),
                 scopes=tuple(dict.fromkeys((*f.scopes, *d.scopes))),
                 cosmetic=f.cosmetic or _comment_only(d),
                 log_only=d.path.endswith(".py") and d.log_only,

@@ -10,7 +10,9 @@ function a recorded cell ran selects that cell's level. Pure apart from reading 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_e2e import safefs
+
+_HEX = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,17 @@ class Ran:
     bridge_commit: str
     verl_commit: str
     functions: Mapping[str, frozenset[str]] = field(default_factory=dict)  # path -> qualnames
+    # path -> the lines the cell ran (any phase), and path -> the git blob id of the file it ran them in:
+    # line numbers are compared only with a change to that same base file
+    lines: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    blobs: Mapping[str, str] = field(default_factory=dict)
+
+    def ran_lines(self, path: str, blob: str | None) -> frozenset[int] | None:
+        """The lines this cell ran in `path` when its record is of the base file `blob`, else None."""
+        recorded = self.blobs.get(path)
+        if blob is None or len(blob) < 7 or recorded is None or not recorded.startswith(blob):
+            return None
+        return self.lines.get(path)
 
     @property
     def cell(self) -> str:
@@ -43,6 +58,9 @@ def executed(
     scopes: Sequence[str],
     module_level: bool,
     functions: Sequence[str] | None = None,
+    *,
+    blob: str | None = None,
+    base_lines: Sequence[int] | None = None,
 ) -> list[tuple[Ran, str]]:
     """The recorded cells that ran the changed code, each with the function that shows it.
 
@@ -50,9 +68,16 @@ def executed(
     exactly that code object: a class body that ran at import says nothing about its methods. With
     scope names only (a diff without the trees), a recorded function whose name is among them
     matches (`transform` -> `LoRA.transform`), the innermost first. A module-level change matches
-    where the module itself ran (`<module>`)."""
+    where the module itself ran (`<module>`).
+
+    Where a record has the lines it ran in the same base file (`blob`), a cell that ran none of the
+    change's base lines (`base_lines`, anchors.py) does not match, whatever functions it ran: a branch
+    of a function Level 0 calls is not proven by Level 0."""
     found = []
     for ran in records:
+        ran_lines = ran.ran_lines(path, blob) if base_lines is not None else None
+        if ran_lines is not None and not ran_lines.intersection(base_lines or ()):
+            continue  # the cell ran this very file and none of the changed lines
         names = ran.functions.get(path) or frozenset()
         if functions is not None:
             wanted = set(functions)
@@ -79,8 +104,14 @@ def cheapest(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, st
     return ranked[:1]
 
 
-def from_run_dir(run_dir: Path) -> Ran | None:
-    """A run dir's record (None where it holds no bridge-functions.json); its files are read as data."""
+def blob_id(data: bytes) -> str:
+    """Git's blob id of a file's bytes (`git hash-object`), what line records are keyed by."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def from_run_dir(run_dir: Path, tree: Path | None = None) -> Ran | None:
+    """A run dir's record (None where it holds no bridge-functions.json); its files are read as data.
+    `tree`: the Bridge checkout the run ran, for records made before the driver wrote blob ids."""
     try:
         cell = json.loads(safefs.read_text(run_dir / "cell.json"))
         provenance = json.loads(safefs.read_text(run_dir / "provenance.json"))
@@ -91,6 +122,9 @@ def from_run_dir(run_dir: Path) -> Ran | None:
     for item in data.get("functions") or [] if isinstance(data, dict) else []:
         if _a_record(item):
             functions.setdefault(item["file"], set()).add(item["qualname"])
+    if isinstance(data, dict) and tree is not None and data.get("lines") and not data.get("blobs"):
+        data["blobs"] = _tree_blobs(tree, data["lines"])
+    lines, blobs = _line_records(data) if isinstance(data, dict) else ({}, {})
     return Ran(
         level=int(cell["level"]),
         variant=str(cell["variant"]),
@@ -98,7 +132,65 @@ def from_run_dir(run_dir: Path) -> Ran | None:
         bridge_commit=str((provenance.get("bridge") or {}).get("full_commit") or ""),
         verl_commit=str((provenance.get("verl") or {}).get("full_commit") or ""),
         functions={p: frozenset(q) for p, q in functions.items()},
+        lines=lines,
+        blobs=blobs,
     )
+
+
+def _line_records(data: Mapping[str, Any]) -> tuple[dict[str, frozenset[int]], dict[str, str]]:
+    """The lines each Bridge file ran in any phase (`{phase: {file: [[first, last], ...]}}`) and the
+    files' blob ids; kept only for files whose blob is recorded (no blob, no line comparison)."""
+    blobs = {
+        f: b
+        for f, b in (data.get("blobs") or {}).items()
+        if isinstance(f, str) and f.startswith("src/megatron/bridge/") and isinstance(b, str) and _HEX.fullmatch(b)
+    }
+    ran: dict[str, set[int]] = {}
+    for per_file in (data.get("lines") or {}).values():
+        for f, spans in per_file.items() if isinstance(per_file, dict) else ():
+            if f in blobs and isinstance(spans, list):
+                ran.setdefault(f, set()).update(_expand(spans))
+    return {f: frozenset(n) for f, n in ran.items()}, {f: blobs[f] for f in ran}
+
+
+def _tree_blobs(tree: Path, lines: Any) -> dict[str, str]:
+    files = {f for per_file in lines.values() if isinstance(per_file, dict) for f in per_file if isinstance(f, str)}
+    out = {}
+    for file in sorted(files):
+        target = tree / file
+        if file.startswith("src/megatron/bridge/") and ".." not in Path(file).parts and target.is_file():
+            out[file] = blob_id(target.read_bytes())
+    return out
+
+
+def _expand(spans: Sequence[Any]) -> set[int]:
+    out: set[int] = set()
+    for span in spans[:100_000]:
+        if isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span):
+            first, last = span
+            if 0 < first <= last <= first + 100_000:
+                out.update(range(first, last + 1))
+    return out
+
+
+def spans(lines: frozenset[int]) -> str:
+    """Line numbers as compact text, `1-4,9,12-20` (how runtime.json stores them)."""
+    out: list[list[int]] = []
+    for n in sorted(lines):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def from_spans(text: str) -> frozenset[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            out.update(range(int(first), int(last or first) + 1))
+    return frozenset(out)
 
 
 def _a_record(item: Any) -> bool:
@@ -130,6 +222,8 @@ def to_json(records: Sequence[Ran]) -> dict[str, Any]:
                 "bridge_commit": r.bridge_commit,
                 "verl_commit": r.verl_commit,
                 "functions": {p: sorted(q) for p, q in sorted(r.functions.items())},
+                **({"lines": {p: spans(n) for p, n in sorted(r.lines.items())}} if r.lines else {}),
+                **({"blobs": dict(sorted(r.blobs.items()))} if r.blobs else {}),
             }
             for r in records
         ],
@@ -145,6 +239,8 @@ def from_json(data: Mapping[str, Any]) -> list[Ran]:
             str(c.get("bridge_commit", "")),
             str(c.get("verl_commit", "")),
             {p: frozenset(q) for p, q in (c.get("functions") or {}).items()},
+            {p: from_spans(s) for p, s in (c.get("lines") or {}).items()},
+            dict(c.get("blobs") or {}),
         )
         for c in data.get("cells") or []
     ]

@@ -19,12 +19,33 @@ from verl_e2e.plan import bodies, branch_levels, collector, layout, quiet
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.runtime import Ran, cheapest, executed
+from verl_e2e.plan.runtime import spans as runtime_spans
 from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
 
 PEFT = "src/megatron/bridge/peft/"
 LORA = "lora"  # a target kind marker: the change is to LoRA code, so its custom-layers cell keeps LoRA
 __all__ = ["Reason", "Selection", "family_dir", "select"]
+
+
+def _recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran, str]], str | None]:
+    """The recorded cells that ran the changed code (their lines where a record has the same base file),
+    and, where cells ran the code around the change but none took its lines, the sentence that says so."""
+    module_level = file.module_level or file.diff_lines is None
+    lines = file.base_lines
+    hits = [
+        h
+        for p in file.paths
+        for h in executed(ran, p, file.scopes, module_level, file.functions, blob=file.old_blob, base_lines=lines)
+    ]
+    base = file.old_path or file.path
+    if hits or not file.base_lines or not executed(ran, base, file.scopes, module_level, file.functions):
+        return hits, None
+    where = runtime_spans(frozenset(file.base_lines))
+    return hits, (
+        f"changed lines no recorded cell ran: {base}:{where} (base lines; the cells that ran the code around "
+        "them did not take them)"
+    )
 
 
 def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
@@ -72,8 +93,9 @@ class _Scan:
 
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
-        module_level = file.module_level or file.diff_lines is None
-        hits = [h for p in file.paths for h in executed(self.ran, p, file.scopes, module_level, file.functions)]
+        hits, untaken = _recorded_hits(self.ran, file)
+        if untaken is not None:
+            self.found.unexecuted[untaken] = None
         shared = family_dir(file.path) in (None, *SHARED_DIRS)
         for ran, qualname in cheapest(hits, self.matrix.defaults.family):
             known = shared and ran.family in self.matrix.families and self.fams.users(file) is None

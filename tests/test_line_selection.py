@@ -1,0 +1,148 @@
+"""Selection by the lines real cells ran, not only their functions.
+
+A change inside a function Level 0 calls is not proven by Level 0 when Level 0 never took the changed
+line; a line only the save/resume run took selects Level 1 though Level 0 ran its function. Line
+numbers are compared only when the change's base file is the very file the record was made of (git
+blob ids), and a change no line anchors (an insertion after a block header) keeps the function rule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from verl_e2e.plan import runtime
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.enrich import with_diff
+from verl_e2e.plan.select import select
+
+PATH = "src/megatron/bridge/peft/lora.py"
+BLOB = "0123456789abcdef0123456789abcdef01234567"
+SOURCE = """def transform(self, module, name=None, prefix=None):
+    if name in self.target_modules:
+        wrapped = self.wrap(module)
+        return wrapped
+    if self.exclude:
+        raise ValueError("excluded")
+    return module
+"""
+
+
+def _record(level: int, variant: str, lines: set[int], blob: str = BLOB) -> runtime.Ran:
+    return runtime.Ran(
+        level, variant, "qwen", "b" * 40, "v" * 40,
+        functions={PATH: frozenset({"LoRA.transform"})},
+        lines={PATH: frozenset(lines)},
+        blobs={PATH: blob},
+    )  # fmt: skip
+
+
+def _diff(hunk: str, index: str = BLOB[:12]) -> str:
+    return f"diff --git a/{PATH} b/{PATH}\nindex {index}..fedcba987654 100644\n--- a/{PATH}\n+++ b/{PATH}\n{hunk}"
+
+
+def _changed(diff: str) -> ChangedFile:
+    files = with_diff([ChangedFile(PATH)], parse_unified_diff(diff))
+    return replace(files[0], functions=("LoRA.transform",), module_level=False, scopes=("LoRA", "transform"))
+
+
+EDIT_LINE_6 = _diff(
+    "@@ -5,3 +5,3 @@ def transform(self, module, name=None, prefix=None):\n"
+    "     if self.exclude:\n"
+    '-        raise ValueError("excluded")\n'
+    '+        raise ValueError(f"{name} excluded")\n'
+    "     return module\n"
+)
+EDIT_LINE_3 = _diff(
+    "@@ -2,3 +2,3 @@ def transform(self, module, name=None, prefix=None):\n"
+    "     if name in self.target_modules:\n"
+    "-        wrapped = self.wrap(module)\n"
+    "+        wrapped = self.wrap(module, name)\n"
+    "         return wrapped\n"
+)
+
+
+def test_a_modified_line_stands_for_itself_and_an_insertion_for_its_block() -> None:
+    assert _changed(EDIT_LINE_6).base_lines == (6,)
+    inserted = _diff(
+        "@@ -3,2 +3,3 @@ def transform(self, module, name=None, prefix=None):\n"
+        "         wrapped = self.wrap(module)\n"
+        "+        wrapped.name = name\n"
+        "         return wrapped\n"
+    )
+    assert _changed(inserted).base_lines == (4,)  # the next line of the same block
+    at_block_end = _diff(
+        "@@ -5,2 +5,3 @@ def transform(self, module, name=None, prefix=None):\n"
+        "     if self.exclude:\n"
+        "+        log(name)\n"
+        '         raise ValueError("excluded")\n'
+    )
+    assert _changed(at_block_end).base_lines == (6,)
+    after_header_no_context = _diff("@@ -5,0 +6 @@ def transform(self, module, name=None, prefix=None):\n+        log(name)\n")
+    assert _changed(after_header_no_context).base_lines is None  # no safe neighbour: functions decide
+
+
+def test_a_branch_level0_never_took_is_not_proven_by_level0(matrix) -> None:
+    ran = [_record(0, "lora-ddp", {1, 2, 3, 4, 5, 7})]  # the exclusion branch (line 6) never ran
+    edit = _changed(EDIT_LINE_6)
+    selection = select(matrix, [edit], ran=ran)
+    assert not any(r.rule == "executed" for rs in selection.reasons.values() for r in rs)
+    assert any(u.startswith(f"changed lines no recorded cell ran: {PATH}:6 ") for u in selection.unexecuted)
+    taken = select(matrix, [_changed(EDIT_LINE_3)], ran=ran)
+    assert any(r.rule == "executed" for r in taken.reasons[0])
+
+
+def test_a_line_only_the_save_resume_run_took_selects_level1(matrix) -> None:
+    ran = [_record(0, "lora-ddp", {1, 2, 5, 7}), _record(1, "save-resume", {1, 2, 3, 4, 5, 7})]
+    selection = select(matrix, [_changed(EDIT_LINE_3)], ran=ran)
+    assert any(r.rule == "executed" and "L1-save-resume-qwen" in r.why for r in selection.reasons[1])
+
+
+def test_records_of_another_version_of_the_file_fall_back_to_functions(matrix) -> None:
+    ran = [_record(0, "lora-ddp", {1, 2, 3, 4, 5, 7}, blob="f" * 40)]
+    selection = select(matrix, [_changed(EDIT_LINE_6)], ran=ran)
+    assert any(r.rule == "executed" for r in selection.reasons[0])
+    assert not selection.unexecuted
+
+
+def test_run_dir_lines_and_blob_ids_round_trip_through_the_shipped_index(tmp_path: Path) -> None:
+    tree = tmp_path / "bridge"
+    (tree / "src/megatron/bridge/peft").mkdir(parents=True)
+    (tree / PATH).write_text(SOURCE)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cell.json").write_text(json.dumps({"level": 0, "variant": "lora-ddp", "family": "qwen"}))
+    (run / "provenance.json").write_text(json.dumps({"bridge": {"full_commit": "b" * 40}}))
+    record = {
+        "functions": [{"file": PATH, "qualname": "LoRA.transform", "line": 1, "phases": ["run"]}],
+        "lines": {"run": {PATH: [[1, 3], [5, 5]]}, "resume": {PATH: [[7, 7]]}},
+    }
+    (run / "bridge-functions.json").write_text(json.dumps(record))
+    assert runtime.from_run_dir(run).lines == {}  # type: ignore[union-attr]  # no blob id: no line comparison
+    ran = runtime.from_run_dir(run, tree)
+    assert ran is not None and ran.lines[PATH] == {1, 2, 3, 5, 7}
+    assert ran.blobs[PATH] == runtime.blob_id(SOURCE.encode())
+    assert runtime.from_json(runtime.to_json([ran])) == [ran]
+    assert runtime.to_json([ran])["cells"][0]["lines"] == {PATH: "1-3,5,7"}
+
+
+def test_the_driver_writes_blob_ids_git_would_print(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "containers"))
+    import functions  # the driver's merge (standard library only, runs in the image)
+
+    tree = tmp_path / "bridge"
+    (tree / "src/megatron/bridge/peft").mkdir(parents=True)
+    (tree / PATH).write_text(SOURCE)
+    phase = tmp_path / "trace" / "run"
+    phase.mkdir(parents=True)
+    (phase / "lines-1.txt").write_text(f"F\t0\t{PATH}\n0\t2\n")
+    out = tmp_path / "bridge-functions.json"
+    functions.merge(tmp_path / "trace", out, tree)
+    data = json.loads(out.read_text())
+    git = subprocess.run(["git", "hash-object", str(tree / PATH)], capture_output=True, text=True, check=True)
+    assert data["blobs"] == {PATH: git.stdout.strip()}
