@@ -306,6 +306,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             "qwen3_moe",
             "--family",
             "deepseek_v3",
+            *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
         ]
     )
     doc = json.loads(report.read_text())
@@ -353,3 +354,26 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         names = set(f.keys())
     for part in ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "mlp.gate.weight"):
         assert f"model.layers.2.{part}" in names  # layers.{num_hidden_layers}: the MTP layer, as DeepSeek-V3 ships it
+
+
+@pytest.mark.parametrize(
+    ("family", "path", "value"),
+    [
+        ("deepseek", ("n_group",), 1),  # vLLM's grouped top-k routing needs both
+        ("deepseek", ("topk_group",), 1),
+        ("glm", ("first_k_dense_replace",), 1),
+        ("minimax_m2", ("rotary_dim",), 32),
+        ("ministral3", ("text_config", "model_type"), "ministral3"),
+        ("ministral3", ("text_config", "rope_parameters", "llama_4_scaling_beta"), 0.1),
+    ],
+)
+def test_keys_the_released_configs_carry_and_vllm_or_bridge_read(
+    built: tuple[Path, dict[str, Any]], family: str, path: tuple[str, ...], value: Any
+) -> None:
+    """Each key's absence stopped a real Level 0 cell of the family in vLLM or Bridge (2026-12-03)."""
+    out, rows = built
+    assert rows[family]["ok"], rows[family]
+    node: Any = json.loads((out / family / "config.json").read_text())
+    for key in path:
+        node = node[key]
+    assert node == value

@@ -62,8 +62,10 @@ def main() -> int:
         traced = min(run(root, args.calls, True) for _ in range(args.repeat))
         records = sum(len(p.read_text().splitlines()) for p in (root / "trace").glob("*.jsonl"))
     calls = 2 * args.functions * args.calls
-    print(f"{calls:,} calls of {2 * args.functions:,} functions: plain {plain:.3f} s, traced {traced:.3f} s, "
-          f"overhead {100 * (traced - plain) / plain:+.1f}% ({records:,} records over {args.repeat} runs)")
+    print(
+        f"{calls:,} calls of {2 * args.functions:,} functions: plain {plain:.3f} s, traced {traced:.3f} s, "
+        f"overhead {100 * (traced - plain) / plain:+.1f}% ({records:,} records over {args.repeat} runs)"
+    )
     return 0
 
 

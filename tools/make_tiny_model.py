@@ -144,6 +144,32 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # by lists no generic rule can shrink (245 MB left in)
     "Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False},
     "Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False},
+    # Keys the released checkpoints' config.json carry and transformers' class leaves out, which vLLM
+    # 0.24 reads (each found by a Level 0 run on the H200, 2026-12-03, that stopped in vLLM without it):
+    # DeepSeek-V2 routes with grouped top-k (V2-Lite: one group, top-1 group)
+    "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},
+    # GLM-4.7-Flash: the dense lead layer count (mlp_layer_types of the tiny model starts with one)
+    "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},
+    # MiniMax-M2 rotates half of each head (rotary_dim 64 of head_dim 128 in the release; 32 of 64 here)
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 32},
+    # Ministral 3's text model is `ministral3` (YaRN with Llama-4 attention scaling), not Mistral 3's
+    # default `mistral`: Bridge's provider reads rope_parameters["llama_4_scaling_beta"]
+    "Mistral3ForConditionalGeneration": {
+        "text_config": {
+            "model_type": "ministral3",
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 16.0,
+                "original_max_position_embeddings": 16384,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale_all_dim": 1.0,
+                "mscale": 1.0,
+                "llama_4_scaling_beta": 0.1,
+            },
+        }
+    },
 }
 
 TOKENIZER_FILES = (

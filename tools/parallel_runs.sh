@@ -10,8 +10,8 @@
 #
 #   STAGGER=40 GPU_SHARE=0.1 MAX_PARALLEL=6 tools/parallel_runs.sh WORK l0:-:L0-lora-ddp-llama l5:-:L5-learning-signal-llama
 #
-# Cells start STAGGER seconds apart (vLLM measures free GPU memory at start-up; simultaneous starts
-# disturb each other's measurement), each rollout takes GPU_SHARE of the GPU. Every cell's run dir
+# Cells start STAGGER seconds apart, each rollout takes GPU_SHARE of the GPU and KV_CACHE_BYTES of KV cache
+# (fixed, so vLLM does not size it from a free-memory measurement the other cells disturb). Every cell's run dir
 # is WORK/runs/LABEL and its console output WORK/log-LABEL.txt; the script waits for all of them and
 # prints one line per cell: label, exit code, seconds.
 set -uo pipefail
@@ -24,6 +24,7 @@ export PYTHONPATH="$repo/ci:$work/site${PYTHONPATH:+:$PYTHONPATH}"
 export FAMILY=${FAMILY:-llama} MODEL=${MODEL:-}
 stagger=${STAGGER:-40}
 share=${GPU_SHARE:-0.1}
+kv=${KV_CACHE_BYTES:-4294967296}  # 4 GiB of KV cache per cell (Level 5's 256 answers of 192 tokens need ~1 GiB on SmolLM2)
 max=${MAX_PARALLEL:-6}  # cells running at once; the next one starts when one ends
 base="$work/Megatron-Bridge"
 python3 "$repo/tools/mutate_bridge.py" "$base" --reset  # marks the unmodified commit (branch verl-e2e-base)
@@ -48,8 +49,12 @@ for entry in "$@"; do
   fi
   while [ "$(jobs -rp | wc -l)" -ge "$max" ]; do wait -n; done
   tree=$(prepare_tree "$label" "$mutation") || { echo "parallel_runs.sh: $label: mutation $mutation failed" >&2; continue; }
-  # each cell's rollout takes its share of the GPU; two reward workers instead of eight (host memory)
-  extra=(--hydra "actor_rollout_ref.rollout.gpu_memory_utilization=$share" --hydra reward.num_workers=2)
+  # each cell's rollout takes its share of the GPU and a fixed KV cache: vLLM 0.24 sizes the cache by
+  # profiling the GPU's free memory, which fails ("Error in memory profiling ... other processes release
+  # GPU memory") or finds no room when another cell frees or takes memory meanwhile; a fixed
+  # kv_cache_memory_bytes skips that measurement. Two reward workers instead of eight (host memory).
+  extra=(--hydra "actor_rollout_ref.rollout.gpu_memory_utilization=$share"
+         --hydra "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$kv" --hydra reward.num_workers=2)
   IFS=, read -r -a overrides <<< "${hydra:-}"
   for o in "${overrides[@]}"; do [ -n "$o" ] && extra+=(--hydra "$o"); done
   plan_base=()
