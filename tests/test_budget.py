@@ -84,4 +84,3 @@ def test_the_comment_says_what_the_budget_left_out() -> None:
     assert "1 cell not run (GPU budget)" in body.splitlines()[1]
     assert "- `L5-learning-signal-qwen` (120 GPU-minutes): comment `/verl-e2e level=5 family=qwen`" in body
     assert "no verl run needed" not in body
-

@@ -80,7 +80,9 @@ def test_a_modified_line_stands_for_itself_and_an_insertion_for_its_block() -> N
         '         raise ValueError("excluded")\n'
     )
     assert _changed(at_block_end).base_lines == (6,)
-    after_header_no_context = _diff("@@ -5,0 +6 @@ def transform(self, module, name=None, prefix=None):\n+        log(name)\n")
+    after_header_no_context = _diff(
+        "@@ -5,0 +6 @@ def transform(self, module, name=None, prefix=None):\n+        log(name)\n"
+    )
     assert _changed(after_header_no_context).base_lines is None  # no safe neighbour: functions decide
 
 

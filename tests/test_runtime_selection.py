@@ -30,17 +30,28 @@ def _levels(matrix, files: list[ChangedFile], ran) -> set[int]:
 
 
 RUNS = {
-    "L0-lora-ddp-qwen": RUN,
+    "L0-lora-ddp-qwen": RUN.parent / "20-pass-level0-tiny-qwen2-smoke-profile",
+    "L0-lora-ddp-nemotron": RUN.parent / "21-pass-level0-tiny-nemotron",
     "L1-save-resume-qwen": RUN.parent / "11-pass-level1-save-resume-records",
     "L0-lora-ddp-qwen3_moe": RUN.parent / "12-pass-level0-tiny-qwen3-moe",
 }
 
 
 def test_the_shipped_records_are_the_real_runs() -> None:
+    """Functions as the run dirs hold them; lines where the run recorded them, keyed by blob ids (given by
+    `surface --runs ... --bridge` from the Bridge tree the runs ran, which these runs predate)."""
     shipped = {r.cell: r for r in runtime.shipped()}
     assert set(shipped) == set(RUNS)
     for cell, run in RUNS.items():
-        assert shipped[cell] == runtime.from_run_dir(run), cell
+        ran = runtime.from_run_dir(run)
+        assert ran is not None and shipped[cell].functions == ran.functions, cell
+        recorded = json.loads((run / "bridge-functions.json").read_text()).get("lines", {})
+        files = {f for per_file in recorded.values() for f in per_file}
+        assert set(shipped[cell].lines) == files and set(shipped[cell].blobs) == files, cell
+        for f in files:
+            spans = [s for per_file in recorded.values() for s in per_file.get(f, ())]
+            ran_lines = {n for a, b in spans for n in range(max(a, 1), b + 1)}  # line 0: no line of the file
+            assert shipped[cell].lines[f] == ran_lines, (cell, f)
 
 
 @pytest.mark.parametrize("cell", sorted(RUNS))
@@ -137,7 +148,9 @@ def test_surface_runs_merges_a_run_dir_and_refuses_one_without_records(
     assert main(["surface", "--runs", str(RUN), "--out", str(out)], env={}) == 0
     data = json.loads(out.read_text())
     cells = {(c["level"], c["variant"], c["family"]): c for c in data["cells"]}
-    assert set(cells) == {(0, "lora-ddp", "qwen"), (0, "lora-ddp", "qwen3_moe"), (1, "save-resume", "qwen")}
+    shipped = {(r.level, r.variant, r.family) for r in runtime.shipped()}
+    assert set(cells) == shipped | {(0, "lora-ddp", "qwen")}
     assert "src/megatron/bridge/peft/lora.py" in cells[0, "lora-ddp", "qwen"]["functions"]  # the run's record
+    assert "lines" not in cells[0, "lora-ddp", "qwen"]  # run 09 predates line records: it replaced them
     assert main(["surface", "--runs", str(tmp_path), "--out", str(out)], env={}) == 2
     assert "needs cell.json" in capsys.readouterr().err

@@ -59,7 +59,9 @@ def _queue(env: dict[str, str], settle_s: float = 0.0) -> str:
     """The job names still queued; a job scancel just ended may take slurmctld a moment to drop."""
     deadline = time.monotonic() + settle_s
     while True:
-        names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, env=env, check=False).stdout
+        names = subprocess.run(
+            ["squeue", "-h", "-o", "%j"], capture_output=True, text=True, env=env, check=False
+        ).stdout
         if CELL not in names or time.monotonic() > deadline:
             return names
         time.sleep(1)

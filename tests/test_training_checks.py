@@ -75,8 +75,14 @@ def test_without_records_the_actor_grad_norm_decides() -> None:
 
 @pytest.mark.parametrize(
     ("k3", "moe", "result"),
-    [(6.6e-4, False, "Pass"), (9.7e-3, False, "Fail"), (5.0e-3, True, "Pass"), (0.3, True, "Fail")],
-    ids=["dense-base", "dense-mismatch", "moe-base", "moe-mismatch"],
+    [
+        (6.6e-4, False, "Pass"),
+        (2.9e-3, False, "Pass"),
+        (9.7e-3, False, "Fail"),
+        (5.0e-3, True, "Pass"),
+        (0.3, True, "Fail"),
+    ],
+    ids=["dense-base", "pretrained-base", "dense-mismatch", "moe-base", "moe-mismatch"],
 )
 def test_rollout_agreement_limits(k3: float, moe: bool, result: str) -> None:
     ev = Evidence(series={"rollout_corr/k3_kl": [[1.0, k3 / 2], [2.0, k3]]})

@@ -137,7 +137,9 @@ def test_a_cleanup_line_does_not_turn_a_provider_failure_into_blocked() -> None:
         ("init_model", f"{VERL}/workers/megatron_workers.py"),
         ("transform", LORA),
     )
-    root = V.python_traceback("TypeError", "ParallelLinearAdapter.__init__() got an unexpected keyword argument", frames)
+    root = V.python_traceback(
+        "TypeError", "ParallelLinearAdapter.__init__() got an unexpected keyword argument", frames
+    )
     cleanup = "(raylet) rm: cannot remove '/tmp/ray/session_1/logs': No space left on device\n"
     ev = parse_bytes((V.trace() + V.TASK + "starting\n" + root + cleanup).encode())
     assert ev.failure_class == "model_build", (ev.failure_class, ev.failure_signature)

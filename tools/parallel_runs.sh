@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Several one-GPU cells at once on one node, each with its own Ray cluster, scratch and Bridge tree
+# Several one-GPU cells at once on one node, each with its own Ray cluster, /tmp, scratch and Bridge tree
 # (`tools/offline_node.sh setup` first). Each entry is LABEL:MUTATION:CELL[:HYDRA,HYDRA...[:FAMILY[:MODEL]]]:
 #   MUTATION  `-` runs WORK/Megatron-Bridge as it is; a name from tools/mutate_bridge.py runs that
 #             mutation committed in its own worktree (WORK/bridges/LABEL), planned from its diff
@@ -27,6 +27,29 @@ share=${GPU_SHARE:-0.1}
 kv=${KV_CACHE_BYTES:-4294967296}  # 4 GiB of KV cache per cell (Level 5's 256 answers of 192 tokens need ~1 GiB on SmolLM2)
 max=${MAX_PARALLEL:-6}  # cells running at once; the next one starts when one ends
 base="$work/Megatron-Bridge"
+
+# verl names the socket its trainer sends weights to the rollout through after the Ray job id
+# (/tmp/rl-colocate-zmq-<job id>-replica-0-rank-0.sock), and every cell's own Ray cluster numbers its
+# jobs from 01000000: two cells at once bind the same path, and one cell's rollout gets the other's
+# weights (seen on the H200: a SmolLM2 cell was sent the tiny Qwen2's 256-wide tensors). So each cell
+# gets a private /tmp: a mount namespace with WORK/tmp/LABEL bound on /tmp, which needs WORK and this
+# repository outside /tmp and `unshare` (root, or user namespaces). Where that cannot be had, one at a time.
+isolate_with=()
+if [ "$max" -gt 1 ]; then
+  case "$work/:$repo/" in
+    /tmp/*|*:/tmp/*) ;;
+    *) for way in "--mount" "--user --map-root-user --mount"; do
+         # shellcheck disable=SC2086  # the options are words
+         if unshare $way --propagation private true 2>/dev/null; then
+           read -r -a isolate_with <<< "unshare $way --propagation private"; break
+         fi
+       done ;;
+  esac
+  if [ ${#isolate_with[@]} -eq 0 ]; then
+    echo "parallel_runs.sh: cells cannot get a private /tmp here (WORK or the repository under /tmp, or no unshare); running one at a time" >&2
+    max=1
+  fi
+fi
 python3 "$repo/tools/mutate_bridge.py" "$base" --reset  # marks the unmodified commit (branch verl-e2e-base)
 mkdir -p "$work/bridges" "$work/runs"
 
@@ -61,8 +84,14 @@ for entry in "$@"; do
   [ "$mutation" != - ] && plan_base=(VERL_E2E_PLAN_BASE=verl-e2e-base)
   rm -rf "$work/runs/$label"
   rm -f "$work/exit-$label"
+  isolate=()
+  if [ ${#isolate_with[@]} -gt 0 ]; then
+    mkdir -p "$work/tmp/$label"
+    # shellcheck disable=SC2016  # $0 and $@ belong to the inner shell
+    isolate=("${isolate_with[@]}" bash -c 'mount --bind "$0" /tmp && exec "$@"' "$work/tmp/$label")
+  fi
   (
-    env "${plan_base[@]}" BRIDGE="$tree" FAMILY="$family" MODEL="$model" "$repo/tools/offline_node.sh" run "$work" "$cell" \
+    "${isolate[@]}" env "${plan_base[@]}" BRIDGE="$tree" FAMILY="$family" MODEL="$model" "$repo/tools/offline_node.sh" run "$work" "$cell" \
       --out "$work/runs/$label" "${extra[@]}" > "$work/log-$label.txt" 2>&1
     echo "$? $(( $(date +%s) - started0 ))" > "$work/exit-$label"
   ) &

@@ -28,10 +28,12 @@ from verl_e2e.judge.checktypes import SCORE_KEYS, Check
 from verl_e2e.judge.evidence import Evidence
 
 # rollout_corr/k3_kl above which the rollout engine is taken to run other weights than the trainer.
-# Calibration (docs/real-runs.md): dense models agree to ~7e-4 (random tiny Qwen2, 7 runs, 6.55e-4 to
-# 6.58e-4); a tiny random MoE to ~5e-3 (2 runs: routing flips between vLLM and Megatron-Core); a
-# mapping that left two MLP weights at their initial values gave 9.7e-3 on the dense model.
-K3_KL_LIMIT = {"dense": 4e-3, "moe": 2.5e-2}
+# Calibration (docs/real-runs.md): random tiny dense models agree to ~7e-4 (8 runs, 6.48e-4 to 7.51e-4);
+# the pretrained SmolLM2-135M to ~3e-3 (2 runs, 25 steps, 1.59e-3 to 2.88e-3, sampled at 1.0 and 0.7);
+# a tiny random MoE to ~5e-3 (2 runs: routing flips between vLLM and Megatron-Core); a mapping that left
+# two MLP weights at their initial values gave 9.7e-3 on the random dense model. The dense limit sits
+# between the highest clean value and that mismatch (their geometric mean).
+K3_KL_LIMIT = {"dense": 5e-3, "moe": 2.5e-2}
 # a failed check with no exception behind it names the failure class (the first one listed wins)
 CHECK_CLASS = {
     "update_nonzero": "no_update",
