@@ -40,6 +40,20 @@ CHECK_CLASS = {
     "rollout_matches_trainer": "rollout_weights",
     "learning_signal": "no_learning",
 }
+
+
+def failed_in_order(checks: Sequence[Check]) -> list[Check]:
+    """The failed checks, the training checks in CHECK_CLASS's order (a weight that never moved explains a
+    flat reward, not the other way round), after any other failed check."""
+    rank = {name: i for i, name in enumerate(CHECK_CLASS)}
+    return sorted((c for c in checks if c.result == "Fail"), key=lambda c: rank.get(c.name, -1))
+
+
+def failed_class(checks: Sequence[Check]) -> str:
+    """The failure class a failed training check names when no exception does ("none" without one)."""
+    return next((CHECK_CLASS[c.name] for c in failed_in_order(checks) if c.name in CHECK_CLASS), "none")
+
+
 ADVICE = {
     "no_update": "nothing trained moved: check that gradients reach the adapters (their forward output and graph) "
     "and that the optimizer's step size reaches them (updates.json has every step's norms)",
@@ -208,6 +222,8 @@ def learning_signal(evidences: Mapping[str, Evidence], baseline: Evidence | None
     if any(e.zero_grad_norm for e in evidences.values()):
         return Check("learning_signal", "Fail", "no learning signal: actor/grad_norm stuck at 0")
     key = next((k for k in SCORE_KEYS if len(ev.series.get(k, [])) >= MIN_POINTS), None)
+    if key is None and not any(e.step_lines for e in evidences.values()):  # never stepped: its verdict says why
+        return Check("learning_signal", "Skipped", "no training step was logged, so there is no reward to follow")
     if key is None:
         return Check("learning_signal", "Fail", f"fewer than {MIN_POINTS} steps of reward/score metrics were logged")
     trend = Trend.fit(sorted(ev.series[key]))

@@ -171,7 +171,7 @@ def _headline(
         cause += f": {first_exc['type']}: {first_exc['message'][:160]}".rstrip(": ")
         cause += culprit_phrase(failing, changes)
     elif out.result == "Fail":
-        failed = [c for c in checks if c.result == "Fail"]
+        failed = training.failed_in_order(checks)
         if failed:
             cause += f" ({failed[0].name}: {failed[0].detail})"
     return f"{out.result} - {what}: {cause}"
@@ -289,9 +289,7 @@ def judge(
     if loaded and out.result == "Fail" and out.failure_class == "none":  # the change's names: a build problem
         out = replace(out, failure_class="model_build")
     if out.result == "Fail" and out.failure_class == "none":  # no exception: the first failed training check names it
-        named = training.CHECK_CLASS
-        failed = next((named[c.name] for c in checks if c.result == "Fail" and c.name in named), "none")
-        out = replace(out, failure_class=failed)
+        out = replace(out, failure_class=training.failed_class(checks))
     command = reproduce(phases) or next((ev.command for ev in evidences.values() if ev.command), None)
     durations = [p.duration_s for p in phases if p.duration_s is not None]
     return Verdict(
