@@ -92,6 +92,29 @@ def test_rollout_agreement_limits(k3: float, moe: bool, result: str) -> None:
         assert "other weights than the trainer" in check.detail and "step 2" in check.detail
 
 
+@pytest.mark.parametrize(
+    ("corr", "moe", "result"),
+    [
+        (0.99997, False, "Pass"),
+        (0.9982, False, "Pass"),
+        (0.983, False, "Fail"),
+        (0.956, True, "Pass"),
+        (0.8, True, "Fail"),
+    ],
+    ids=["random-base", "pretrained-base", "random-mismatch", "moe-base", "moe-mismatch"],
+)
+def test_the_log_prob_correlation_catches_what_a_small_kl_hides(corr: float, moe: bool, result: str) -> None:
+    """On a random model every probability is near-uniform, so a mismatch keeps the KL small; the
+    correlation of the two sides' probabilities is scale-free (values from the kept runs)."""
+    ev = Evidence(
+        series={"rollout_corr/k3_kl": [[1.0, 1e-3]], "training/rollout_actor_probs_pearson_corr": [[1.0, corr]]}
+    )
+    check = training.rollout_check({"run": ev}, moe=moe)
+    assert check.result == result, check.detail
+    if result == "Fail":
+        assert "log-prob correlation" in check.detail and "other weights than the trainer" in check.detail
+
+
 def test_rollout_agreement_is_skipped_without_figures() -> None:
     assert training.rollout_check({"run": Evidence()}).result == "Skipped"
 

@@ -34,6 +34,12 @@ from verl_e2e.judge.evidence import Evidence
 # two MLP weights at their initial values gave 9.7e-3 on the random dense model. The dense limit sits
 # between the highest clean value and that mismatch (their geometric mean).
 K3_KL_LIMIT = {"dense": 5e-3, "moe": 2.5e-2}
+# verl's training/rollout_actor_probs_pearson_corr below which the same conclusion holds: scale-free, so it
+# also separates a mismatch on a random model, whose near-uniform probabilities keep every KL small.
+# Clean: random dense 0.99995-0.99998 (8 runs), pretrained SmolLM2 0.9982-0.9994 (25 steps), random MoE
+# 0.956 (2 runs); the mismatch above: 0.983. Dense floor 0.995; MoE 0.9 (no MoE mismatch seen yet).
+CORR_FLOOR = {"dense": 0.995, "moe": 0.9}
+CORR_KEY = "training/rollout_actor_probs_pearson_corr"
 # a failed check with no exception behind it names the failure class (the first one listed wins)
 CHECK_CLASS = {
     "update_nonzero": "no_update",
@@ -165,7 +171,7 @@ def rollout_check(evidences: Mapping[str, Evidence], moe: bool = False) -> Check
             "rollout_matches_trainer", "Skipped", "verl logged no rollout-vs-trainer figures (rollout_corr/k3_kl)"
         )
     phase, step, worst = max(finite, key=lambda x: x[2])
-    corr = [v for ev in evidences.values() for _, v in ev.series.get("training/rollout_actor_probs_pearson_corr", [])]
+    corr = [v for ev in evidences.values() for _, v in ev.series.get(CORR_KEY, []) if math.isfinite(v)]
     extra = f", log-prob correlation down to {min(corr):.4f}" if corr else ""
     if worst > limit:
         return Check(
@@ -173,6 +179,14 @@ def rollout_check(evidences: Mapping[str, Evidence], moe: bool = False) -> Check
             "Fail",
             f"the rollout engine ran other weights than the trainer: rollout-vs-trainer KL {worst:.3g} at step "
             f"{int(step)} ({phase}), above the {limit:g} numerics allow for a {kind} model{extra}",
+        )
+    if corr and min(corr) < CORR_FLOOR[kind]:
+        return Check(
+            "rollout_matches_trainer",
+            "Fail",
+            f"the rollout engine ran other weights than the trainer: rollout-vs-trainer log-prob correlation "
+            f"{min(corr):.4f}, below the {CORR_FLOOR[kind]:g} numerics allow for a {kind} model "
+            f"(KL at most {worst:.2g})",
         )
     return Check(
         "rollout_matches_trainer",
