@@ -48,7 +48,7 @@ def test_the_scheduled_run_leaves_the_family_out_and_says_so(tmp_path: Path) -> 
     matrix = load_matrix(_matrix(tmp_path, "gemma", {"why": WHY, "seen": SEEN}))
     plan = make_plan(PlanRequest(scheduled=True), matrix)
     assert "L0-lora-ddp-gemma" not in [c.id for c in plan.cells]
-    assert "L0-lora-ddp-gemma2" in [c.id for c in plan.cells]
+    assert "L0-lora-ddp-qwen3" in [c.id for c in plan.cells]
     assert any(w.startswith("gemma: cannot run in verl today") for w in plan.uncovered[0])
 
 

@@ -298,7 +298,10 @@ def test_plan_family_all_is_every_familys_level0(capsys: pytest.CaptureFixture[s
 
     assert main(["plan", "--levels", "0", "--family", "all", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert {c["family"] for c in plan["cells"]} == set(load_matrix().families)
+    families = load_matrix().families
+    blocked = {name for name, f in families.items() if f.blocked("all")}  # matrix.yaml's cannot_run records
+    assert blocked and {c["family"] for c in plan["cells"]} == set(families) - blocked
+    assert sorted(w.split(":")[0] for w in plan["uncovered"]["0"] if "cannot run in verl today" in w) == sorted(blocked)
     assert {c["level"] for c in plan["cells"]} == {0} and plan["deferred"] == []
 
 
@@ -310,7 +313,7 @@ def test_the_scheduled_plan_is_every_familys_level0_and_the_weekly_layouts(capsy
     assert main(["plan", "--scheduled", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     level0 = {c["family"] for c in plan["cells"] if c["level"] == 0}
-    assert level0 == set(matrix.families)
+    assert level0 == {name for name, f in matrix.families.items() if f.blocked("all") is None}
     weekly = [c for c in plan["cells"] if c["level"] != 0]
     assert {c["variant"] for c in weekly} == {"weekly-pp4-vpp2", "weekly-moe-tp4-pp2-ep4"}
     assert all(c["gpus"] == 8 and c["family"] == matrix.defaults.family for c in weekly)
