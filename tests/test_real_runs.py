@@ -359,3 +359,13 @@ def test_25_cells_disturbing_vllms_memory_profiling_is_the_environment(tmp_path:
     assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
     assert "Error in memory profiling" in v.headline
     assert next(c for c in v.checks if c.name == "learning_signal").result == "Skipped"
+
+
+def test_26_a_weight_of_another_shape_at_the_rollout_is_a_rollout_weights_failure(tmp_path: Path) -> None:
+    """SmolLM2's Level 1 received the tiny Qwen2 cell's 256-wide tensors through verl's weight socket (both
+    cells' Ray clusters had job 01000000 and shared /tmp). A PR whose export sends a wrongly shaped tensor
+    fails the same way; the class says the rollout got other weights, the hint names both causes."""
+    v = _judge(OURS / "26-fail-level1-smollm2-weights-of-another-cell", tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "rollout_weights"), v.headline
+    assert "Attempted to load weight (torch.Size([256])) into parameter (torch.Size([576]))" in v.headline
+    assert "export" in v.follow_ups[0] and "own /tmp" in v.follow_ups[0]
