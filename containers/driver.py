@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 
 import functions
+import hostlock
 import preflight
 from prepare import bridge_tests, prepare_data, prepare_model
 from records import Recorder, checkpoint_listing, git_state, log, write_json
@@ -472,7 +473,11 @@ def run_cell(args: argparse.Namespace) -> int:
         )
     rec.save()
 
-    run_phases(args, cell, rec, base_env, extra, pythonpath)
+    started = time.time()
+    with hostlock.held(log) as waited:
+        if waited >= 1:
+            rec.step("host-lock", "ok", f"waited {waited:.0f} s for another verl run sharing /tmp", started)
+        run_phases(args, cell, rec, base_env, extra, pythonpath)
     if args.final_ray_stop:
         stop_own_processes(rec.token)
     return 0 if all(p["status"] == "ok" for p in rec.phases) else 1
