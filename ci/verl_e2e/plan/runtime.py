@@ -83,25 +83,13 @@ def executed(
             wanted = set(functions)
             matching = [q for q in names if q.replace(".<locals>", "") in wanted]
         else:
-            in_def = any(s.lstrip("_")[:1].islower() for s in scopes)  # the change sits in a function
-            matching = [
-                q
-                for q in names
-                if q.rsplit(".", 1)[-1] in scopes and q != "<module>" and not (in_def and _class_body(q))
-            ]
+            matching = [q for q in names if q.rsplit(".", 1)[-1] in scopes and q != "<module>"]
         hit = max(matching, key=lambda q: (q.count("."), q)) if matching else None  # the innermost one
         if hit is None and module_level and "<module>" in names:
             hit = "<module>"
         if hit is not None:
             found.append((ran, hit))
     return found
-
-
-def _class_body(qualname: str) -> bool:
-    """A class statement's own code object (`GenericVisualInputs`), which runs at import: it does not
-    stand for a change inside one of the class's methods. Told by the naming convention (CapWords, no
-    dot), as a diff alone names scopes, not what kind of code object each one is."""
-    return "." not in qualname and qualname.lstrip("_")[:1].isupper()
 
 
 def cheapest(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, str]]:
