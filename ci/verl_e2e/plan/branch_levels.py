@@ -14,7 +14,7 @@ from verl_e2e.plan import layout
 from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
-from verl_e2e.plan.runtime import Ran
+from verl_e2e.plan.runtime import Ran, spans
 from verl_e2e.plan.targets import Targets
 
 
@@ -36,17 +36,7 @@ class Outcome:
 
     def unexecuted(self, path: str) -> str:
         where = f"only the scheduled {self.scheduled} layout runs them" if self.scheduled else "no cell runs them"
-        return f"changed lines no cell executes: {path}:{_ranges(self.lines)} (under {self.shown}; {where})"
-
-
-def _ranges(lines: Sequence[int]) -> str:
-    out: list[list[int]] = []
-    for n in sorted(set(lines)):
-        if out and n == out[-1][1] + 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+        return f"changed lines no cell executes: {path}:{spans(frozenset(self.lines))} (under {self.shown}; {where})"
 
 
 def reached(function: str, recorded: set[str]) -> bool:

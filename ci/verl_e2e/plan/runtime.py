@@ -174,7 +174,7 @@ def _expand(spans: Sequence[Any]) -> set[int]:
 
 
 def spans(lines: frozenset[int]) -> str:
-    """Line numbers as compact text, `1-4,9,12-20` (how runtime.json stores them)."""
+    """Line numbers as compact text, `1-4,9,12-20` (how runtime.json stores them and plans name lines)."""
     out: list[list[int]] = []
     for n in sorted(lines):
         if out and n == out[-1][1] + 1:
