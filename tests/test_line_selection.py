@@ -148,3 +148,17 @@ def test_the_driver_writes_blob_ids_git_would_print(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     git = subprocess.run(["git", "hash-object", str(tree / PATH)], capture_output=True, text=True, check=True)
     assert data["blobs"] == {PATH: git.stdout.strip()}
+
+
+def test_a_branch_no_cell_took_still_runs_level0_where_static_reach_misses_the_function(matrix) -> None:
+    """LoRA.transform is called through a module walk, which the static index does not see (it calls the
+    function unreached); a cell ran it. A change in a branch no cell took must not fall to 'not on verl's
+    surface': the plan names the lines and still runs Level 0."""
+    from verl_e2e.plan import surface
+
+    index = surface.shipped()
+    assert index is not None and index.unreached(PATH, ("LoRA", "transform"))  # what static reach says
+    ran = [_record(0, "lora-ddp", {1, 2, 3, 4, 5, 7})]
+    selection = select(matrix, [_changed(EDIT_LINE_6)], surface=index, ran=ran)
+    assert 0 in selection.levels and PATH not in selection.off_surface
+    assert any(u.startswith(f"changed lines no recorded cell ran: {PATH}:6 ") for u in selection.unexecuted)

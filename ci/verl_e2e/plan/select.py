@@ -68,6 +68,7 @@ class _Scan:
         self.fams = Targets(matrix)
         self.found = Findings(changed=len(files))
         self.cells = layout.cell_layouts(matrix)
+        self.ran_around: set[str] = set()  # files whose changed lines no cell took, in code cells ran
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         for file in files:
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
@@ -83,8 +84,8 @@ class _Scan:
             elif unbuilt is not None:
                 self.found.off_surface[file.path] = unbuilt
             else:
-                if not ran_it and self._off_surface(file):
-                    continue
+                if not ran_it and file.path not in self.ran_around and self._off_surface(file):
+                    continue  # (code a cell ran is on the surface, whichever of its lines changed)
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
                 touched = self._aspects(file) | self._branches(file) | self._users(file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
@@ -96,6 +97,7 @@ class _Scan:
         hits, untaken = _recorded_hits(self.ran, file)
         if untaken is not None:
             self.found.unexecuted[untaken] = None
+            self.ran_around.add(file.path)
         shared = family_dir(file.path) in (None, *SHARED_DIRS)
         for ran, qualname in cheapest(hits, self.matrix.defaults.family):
             known = shared and ran.family in self.matrix.families and self.fams.users(file) is None
