@@ -13,7 +13,8 @@
 # inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe, smollm2-135m, and tiny/<family>, datasets/gsm8k
 # and arith)
 # and runs/<CELL_ID>/ (the run dirs).
-# Every setting the node needs is a run-cell flag below, nothing is edited by hand.
+# Every setting the node needs is a run-cell flag below, nothing is edited by hand. For several cells at
+# once (tools/parallel_runs.sh) put WORK outside /tmp: each cell then gets a private /tmp.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
