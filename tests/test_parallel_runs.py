@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -69,10 +70,12 @@ def test_cells_at_once_each_bind_verls_socket_in_their_own_tmp(tmp_path: Path) -
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_work_under_tmp_runs_one_at_a_time_and_says_so(tmp_path: Path) -> None:
-    if not str(tmp_path).startswith("/tmp/"):
-        pytest.skip("pytest's tmp_path is not under /tmp here")
-    repo, work = _layout(tmp_path)
-    out = _run(repo, work)
-    assert "cannot get a private /tmp here" in out.stderr and "one at a time" in out.stderr
-    assert [(work / f"exit-{label}").read_text().split()[0] for label in ("a", "b")] == ["0", "0"]
+def test_work_under_tmp_runs_one_at_a_time_and_says_so() -> None:
+    root = Path(tempfile.mkdtemp(prefix="verl-e2e-test-", dir="/tmp"))  # under /tmp whatever pytest's basetemp is
+    try:
+        repo, work = _layout(root)
+        out = _run(repo, work)
+        assert "cannot get a private /tmp here" in out.stderr and "one at a time" in out.stderr
+        assert [(work / f"exit-{label}").read_text().split()[0] for label in ("a", "b")] == ["0", "0"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
