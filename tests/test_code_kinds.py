@@ -5,14 +5,17 @@ runs on one of them. Each case is a small change of the kind Bridge PRs make."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from verl_e2e.config.matrix import Matrix
 from verl_e2e.plan import users
 from verl_e2e.plan.bodies import owners
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.diffs import parse_unified_diff
-from verl_e2e.plan.enrich import with_diff
+from verl_e2e.plan.enrich import with_ast_scopes, with_diff
 from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.runtime import Ran
 from verl_e2e.plan.select import select
@@ -21,6 +24,9 @@ from verl_e2e.plan.targets import Targets
 PEFT = "src/megatron/bridge/peft/lora_layers.py"
 CONFIG = "src/megatron/bridge/training/config.py"
 PROBES = Path(__file__).parent / "fixtures" / "selection-probes" / "probes.json"
+# written later by someone who had not read the planner, before any plan was made (a held-out set)
+HELD_OUT = PROBES.with_name("probes-2.json")
+MODEL_BRIDGE = "src/megatron/bridge/models/conversion/model_bridge.py"
 
 
 def _change(path: str, *lines: str, scopes: tuple[str, ...] = (), status: str = "M") -> ChangedFile:
@@ -168,12 +174,79 @@ def test_shared_code_only_some_architectures_name_runs_on_one_of_them(matrix: Ma
     assert Targets(matrix).users(both) is None  # the default family is among the users: it stays there
 
 
-def test_the_probe_set_is_real_small_changes_with_levels_written_down() -> None:
-    data = json.loads(PROBES.read_text())
+@pytest.mark.parametrize("probes", [PROBES, HELD_OUT], ids=["probes", "held-out"])
+def test_the_probe_set_is_real_small_changes_with_levels_written_down(probes: Path) -> None:
+    data = json.loads(probes.read_text())
     kinds = {p["kind"] for p in data["probes"]}
     assert len(data["probes"]) >= 20 and len(kinds) >= 8
     for p in data["probes"]:
         assert set(p["must"]) <= set(p["allowed"]), p["id"]
         diffs = parse_unified_diff(p["diff"])
-        changed = sum(len(d.lines) for d in diffs.values())
-        assert diffs and 1 <= changed <= 6, p["id"]  # one to three lines, each removed and added at most
+        changed = sum(len(d.lines) for d in diffs.values() if d.status != "A")
+        new_files = [d for d in diffs.values() if d.status == "A"]
+        assert diffs and (1 <= changed <= 6 or new_files), p["id"]  # one to three lines, each removed and added
+
+
+def test_a_logits_dtype_default_is_a_numerics_default(matrix: Matrix) -> None:
+    provider = "src/megatron/bridge/models/gpt_provider.py"
+    changed = _change(
+        provider, "-    logit_dtype: torch.dtype | None = None", "+    logit_dtype: torch.dtype | None = torch.float32"
+    )
+    assert "aspect:numerics-defaults" in _rules(matrix, changed, 5)
+
+
+def test_how_adapter_weights_start_selects_level5(matrix: Matrix) -> None:
+    init = _change(
+        "src/megatron/bridge/peft/utils.py",
+        "-            init_fn = init_method_const(0.0)",
+        "+            init_fn = nn.init.zeros_",
+        scopes=("ParallelLinearAdapter", "_get_init_fn"),
+    )
+    assert "aspect:adapter-weights" in _rules(matrix, init, 5)
+    rank = _change(
+        "src/megatron/bridge/peft/utils.py", "+        self.dim = int(dim)", scopes=("ParallelLinearAdapter",)
+    )
+    assert 5 not in select(matrix, [rank]).levels
+
+
+def test_what_a_save_keeps_selects_level1(matrix: Matrix) -> None:
+    keep = _change(
+        "src/megatron/bridge/peft/base.py",
+        "+                            self.params_to_save.add(module_name)",
+        scopes=("PEFT", "set_params_to_save"),
+    )
+    assert "aspect:saved-state" in _rules(matrix, keep, 1)
+
+
+def test_hf_import_code_alone_gets_no_level1_from_its_path(matrix: Matrix) -> None:
+    lines = ("-        x = converted.reshape(-1)", "+        x = converted.flatten()")
+    known = replace(_change(MODEL_BRIDGE, *lines), functions=("MegatronModelBridge.load_weights_hf_to_megatron",))
+    assert 1 not in select(matrix, [known]).levels and 0 in select(matrix, [known]).levels
+    export = replace(known, functions=("MegatronModelBridge.stream_weights_megatron_to_hf",))
+    assert "hf-export" in _rules(matrix, export, 1)
+    # a diff alone names the def above a hunk, not the one a line is in: the path rule still fires
+    guessed = _change(MODEL_BRIDGE, *lines, scopes=("MegatronModelBridge", "load_weights_hf_to_megatron"))
+    assert "hf-export" in _rules(matrix, guessed, 1)
+
+
+RENAME_DIFF = """diff --git a/src/megatron/bridge/peft/utils.py b/src/megatron/bridge/peft/utils.py
+--- a/src/megatron/bridge/peft/utils.py
++++ b/src/megatron/bridge/peft/utils.py
+@@ -4,3 +4,3 @@ def load_peft_adapter_checkpoint(path):
+\x20
+-def _apply(peft, model):
++def _apply_and_mark(peft, model):
+     return peft(model)
+"""
+
+
+def test_with_both_trees_the_hunk_header_is_no_scope() -> None:
+    old = b"def load_peft_adapter_checkpoint(path):\n    return path\n\n\ndef _apply(peft, model):\n    return peft(model)\n"
+    new = old.replace(b"def _apply(", b"def _apply_and_mark(")
+    diffs = parse_unified_diff(RENAME_DIFF)
+    (path,) = diffs
+    header_only = with_diff([ChangedFile(path)], diffs)
+    assert "load_peft_adapter_checkpoint" in header_only[0].scopes  # a diff alone: the header's guess stays
+    (exact,) = with_ast_scopes(header_only, diffs, {path: old}, {path: new})
+    assert "load_peft_adapter_checkpoint" not in exact.scopes
+    assert {"_apply", "_apply_and_mark"} <= set(exact.scopes)

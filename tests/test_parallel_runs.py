@@ -41,10 +41,10 @@ def _layout(root: Path) -> tuple[Path, Path]:
     return repo, work
 
 
-def _run(repo: Path, work: Path) -> subprocess.CompletedProcess[str]:
+def _run(repo: Path, work: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(repo / "tools" / "parallel_runs.sh"), str(work), "a:-:L0-lora-ddp-qwen", "b:-:L0-lora-ddp-qwen"],
-        env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "STAGGER": "0", "MAX_PARALLEL": "2"},
+        env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "STAGGER": "0", "MAX_PARALLEL": "2", "CELL_RAM_GIB": "1", **env},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
@@ -77,5 +77,19 @@ def test_work_under_tmp_runs_one_at_a_time_and_says_so() -> None:
         out = _run(repo, work)
         assert "cannot get a private /tmp here" in out.stderr and "one at a time" in out.stderr
         assert [(work / f"exit-{label}").read_text().split()[0] for label in ("a", "b")] == ["0", "0"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_cells_start_only_while_the_hosts_ram_holds_them() -> None:
+    """Every cell's Ray kills a worker when the node's RAM runs low: a cell more than RAM holds loses them all."""
+    root = Path(tempfile.mkdtemp(prefix="verl-e2e-test-", dir="/tmp"))
+    try:
+        repo, work = _layout(root)
+        out = _run(repo, work, CELL_RAM_GIB="100000")  # no machine has 100,000 GiB per cell: one at a time
+        assert "about 100000 GiB per cell (CELL_RAM_GIB): 1 at once instead of 2" in out.stderr
+        assert [(work / f"exit-{label}").read_text().split()[0] for label in ("a", "b")] == ["0", "0"]
+        roomy = _run(repo, work)  # 1 GiB per cell: this machine holds two
+        assert "CELL_RAM_GIB" not in roomy.stderr
     finally:
         shutil.rmtree(root, ignore_errors=True)

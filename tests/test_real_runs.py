@@ -369,3 +369,41 @@ def test_26_a_weight_of_another_shape_at_the_rollout_is_a_rollout_weights_failur
     assert (v.result, v.failure_class) == ("Fail", "rollout_weights"), v.headline
     assert "Attempted to load weight (torch.Size([256])) into parameter (torch.Size([576]))" in v.headline
     assert "export" in v.follow_ups[0] and "own /tmp" in v.follow_ups[0]
+
+
+def test_27_a_tiny_mistral_passes_level0_with_its_line_records(tmp_path: Path) -> None:
+    """The fourth family with a real Pass: Mistral's bridge built actor, reference and critic, both
+    optimizers moved and the rollout agreed with the trainer; its line records feed selection."""
+    run = OURS / "27-pass-level0-tiny-mistral"
+    v = _judge(run, tmp_path)
+    assert (v.result, v.family, v.model) == ("Pass", "mistral", "tiny/mistral"), v.headline
+    checks = {c.name: c for c in v.checks}
+    assert checks["update_nonzero"].result == "Pass" and checks["rollout_matches_trainer"].result == "Pass"
+    record = json.loads((run / "bridge-functions.json").read_text())
+    assert "src/megatron/bridge/models/mistral/mistral_bridge.py" in record["lines"]["run"]
+
+
+def test_28_a_node_out_of_host_memory_is_blocked_not_the_prs_failure(tmp_path: Path) -> None:
+    """Nine cells shared 128 GiB; Ray's memory monitor killed a worker of six of them in the same second.
+    The node's memory, whoever used it: Blocked (and transient, so run-cell retries it once)."""
+    v = _judge(OURS / "28-blocked-level0-smollm2-host-memory-of-a-shared-node", tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "oom"), v.headline
+    assert "killed due to the node running low on memory" in v.headline
+    assert any("fewer cells per node" in f for f in v.follow_ups)
+
+
+def test_29_a_vlm_critic_whose_value_head_bridge_cannot_map_is_the_known_break(tmp_path: Path) -> None:
+    """verl's value-model hook puts the critic's head at the top-level output_layer of Qwen3-VL; Bridge maps
+    only language_model.output_layer and then dereferences the missing task. matrix.yaml records it."""
+    v = _judge(OURS / "29-fail-level0-tiny-qwen3-vl-critic-value-head-unmapped", tmp_path)
+    assert (v.result, v.failure_class, v.family) == ("Fail", "model_build", "qwen_vl"), v.headline
+    assert "model_bridge.py:1303 in load_weights_hf_to_megatron" in v.headline
+    assert v.follow_ups[0].startswith("matrix.yaml records that qwen_vl cannot run in verl today")
+
+
+def test_30_a_mamba_model_without_mamba_ssm_is_the_environment(tmp_path: Path) -> None:
+    """Megatron-Core's Mamba mixer needs the mamba-ssm package, which the node's wheel set lacks: Blocked,
+    naming the package; the hybrid families (falcon_h1, nemotronh, hybrid) stopped the same way."""
+    v = _judge(OURS / "30-blocked-level0-tiny-mamba-without-mamba-ssm", tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
+    assert "MambaSSM is not installed" in v.headline

@@ -34,6 +34,7 @@ RUNS = {
     "L0-lora-ddp-nemotron": RUN.parent / "21-pass-level0-tiny-nemotron",
     "L1-save-resume-qwen": RUN.parent / "11-pass-level1-save-resume-records",
     "L0-lora-ddp-qwen3_moe": RUN.parent / "12-pass-level0-tiny-qwen3-moe",
+    "L0-lora-ddp-mistral": RUN.parent / "27-pass-level0-tiny-mistral",
 }
 
 

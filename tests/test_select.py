@@ -76,7 +76,7 @@ def test_level4_runs_only_on_the_flagged_family(matrix: Matrix) -> None:
 def test_reasons_name_rule_and_paths(matrix: Matrix) -> None:
     selection = select(matrix, [ChangedFile(f"{M}/conversion/model_bridge.py")])
     (reason,) = selection.reasons[1]
-    assert reason.rule == "hf-import-export" and reason.paths == (f"{M}/conversion/model_bridge.py",)
+    assert reason.rule == "hf-export" and reason.paths == (f"{M}/conversion/model_bridge.py",)
     assert "save/resume" not in selection.skipped  # selected levels carry no skip reason
     assert "no changed path matched its rules" in selection.skipped[5]
     assert "fused-kernels" in selection.skipped[5]

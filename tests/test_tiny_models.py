@@ -307,6 +307,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             "--family",
             "deepseek_v3",
             *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
+            *("--family", "hy_v3", "--family", "glm_vl"),
         ]
     )
     doc = json.loads(report.read_text())
@@ -363,6 +364,9 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         ("deepseek", ("topk_group",), 1),
         ("glm", ("first_k_dense_replace",), 1),
         ("minimax_m2", ("rotary_dim",), 32),
+        ("minimax_m2", ("scoring_func",), "sigmoid"),
+        ("hy_v3", ("first_k_dense_replace",), 1),
+        ("glm_vl", ("text_config", "head_dim"), 64),
         ("ministral3", ("text_config", "model_type"), "ministral3"),
         ("ministral3", ("text_config", "rope_parameters", "llama_4_scaling_beta"), 0.1),
     ],

@@ -151,7 +151,12 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # GLM-4.7-Flash: the dense lead layer count (mlp_layer_types of the tiny model starts with one)
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},
     # MiniMax-M2 rotates half of each head (rotary_dim 64 of head_dim 128 in the release; 32 of 64 here)
-    "MiniMaxM2ForCausalLM": {"rotary_dim": 32},
+    # and routes with sigmoid scores, which vLLM's MoE layer reads as `scoring_func`
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 32, "scoring_func": "sigmoid"},
+    # Hy3 (Hunyuan V3): Bridge builds moe_layer_freq from the dense lead layer count
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1},
+    # GLM-4.5V: Bridge's provider takes kv_channels from the text config's head_dim (128 in the release)
+    "Glm4vMoeForConditionalGeneration": {"text_config": {"head_dim": HEAD_DIM}},
     # Ministral 3's text model is `ministral3` (YaRN with Llama-4 attention scaling), not Mistral 3's
     # default `mistral`: Bridge's provider reads rope_parameters["llama_4_scaling_beta"]
     "Mistral3ForConditionalGeneration": {

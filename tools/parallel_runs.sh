@@ -28,6 +28,22 @@ kv=${KV_CACHE_BYTES:-4294967296}  # 4 GiB of KV cache per cell (Level 5's 256 an
 max=${MAX_PARALLEL:-6}  # cells running at once; the next one starts when one ends
 base="$work/Megatron-Bridge"
 
+# Host RAM bounds the cells too: every cell's Ray runs its own memory monitor, which kills a worker
+# when the *node* passes 95 %, so one cell too many loses them all (on the H200, 16 cores and 128 GiB,
+# nine SmolLM2 and tiny-model cells at once had six workers killed in the same second). A cell takes
+# about CELL_RAM_GIB of RAM at its peak (Ray, the trainer with actor, reference and critic, vLLM's
+# three processes, the reward workers); cells start only while that much is available per cell, measured
+# when the script starts: run one parallel_runs.sh per node.
+cell_ram=${CELL_RAM_GIB:-16}  # 9 cells overran 128 GiB: at least 13.5 GiB each at their peak
+avail_gib=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo 2>/dev/null || echo 0)
+if [ "${avail_gib:-0}" -gt 0 ]; then
+  fits=$(( avail_gib / cell_ram )); [ "$fits" -ge 1 ] || fits=1
+  if [ "$fits" -lt "$max" ]; then
+    echo "parallel_runs.sh: $avail_gib GiB of RAM available, about $cell_ram GiB per cell (CELL_RAM_GIB): $fits at once instead of $max" >&2
+    max=$fits
+  fi
+fi
+
 # verl names the socket its trainer sends weights to the rollout through after the Ray job id
 # (/tmp/rl-colocate-zmq-<job id>-replica-0-rank-0.sock), and every cell's own Ray cluster numbers its
 # jobs from 01000000: two cells at once bind the same path, and one cell's rollout gets the other's

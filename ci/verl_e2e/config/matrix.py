@@ -125,6 +125,7 @@ class Rule:
     when_no_diff: Literal["match", "skip"] = "match"
     only: Flag | None = None
     kind: str = "all"  # the variant kind its levels run (as an aspect's `kind`)
+    unless_only_in: re.Pattern[str] | None = None  # not when every changed function (exact) matches
 
 
 @dataclass(frozen=True)
@@ -256,23 +257,27 @@ def _env(node: Mapping[str, Any] | None) -> Mapping[str, str]:
     return dict(node or {})
 
 
+def _regex(node: Mapping[str, Any], key: str, where: str) -> re.Pattern[str] | None:
+    if key not in node:
+        return None
+    try:
+        return re.compile(node[key])
+    except re.error as exc:
+        raise ConfigError(f"{where}.{key}: invalid regular expression ({exc}); fix the pattern") from None
+
+
 def _rule(node: Mapping[str, Any], where: str) -> Rule:
-    pattern = None
-    if "diff" in node:
-        try:
-            pattern = re.compile(node["diff"])
-        except re.error as exc:
-            raise ConfigError(f"{where}.diff: invalid regular expression ({exc}); fix the pattern") from None
     return Rule(
         name=node["name"],
         why=node["why"],
         paths=PathSet.parse(node["paths"], f"{where}.paths"),
         levels=frozenset(node["levels"]),
         family=node.get("family", "default"),
-        diff=pattern,
+        diff=_regex(node, "diff", where),
         when_no_diff=node.get("when_no_diff", "match"),
         only=node.get("only"),
         kind=node.get("kind", "all"),
+        unless_only_in=_regex(node, "unless_only_in", where),
     )
 
 

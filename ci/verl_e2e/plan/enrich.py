@@ -19,7 +19,7 @@ from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.diffs import FileDiff
 from verl_e2e.plan.registry import SHARED, architectures_by_file, loose_registrations
-from verl_e2e.plan.scopes import enclosing, innermost, outside_defs, scope_names
+from verl_e2e.plan.scopes import enclosing, innermost, outside_defs, parses, scope_names
 from verl_e2e.plan.surface import MODELS, Surface
 
 
@@ -81,7 +81,10 @@ def with_ast_scopes(
         names, outside = enclosing(before, d.removed_at), outside_defs(before, d.removed_at)
         names += enclosing(after, d.added_at)
         outside |= outside_defs(after, d.added_at)
-        scopes = tuple(dict.fromkeys((*f.scopes, *scope_names(names))))
+        # where both sides parse, the ASTs say exactly which defs hold the changed lines; a hunk header
+        # names the def above the hunk, which may hold none of them (a rename below a loader is no load)
+        exact_scopes = (not d.removed_at or parses(before)) and (not d.added_at or parses(after))
+        scopes = tuple(dict.fromkeys((*(() if exact_scopes else f.scopes), *scope_names(names))))
         inner = tuple(dict.fromkeys((*innermost(before, d.removed_at), *innermost(after, d.added_at))))
         exact = fields.from_sources(f.path, before, after, d.added_at, d.removed_at)
         out.append(

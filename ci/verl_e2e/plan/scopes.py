@@ -54,6 +54,11 @@ def _around(source: bytes | None, lines: Iterable[int]) -> list[list[str]]:
     return [[name for s, e, name in spans[: bisect_right(starts, line)] if s <= line <= e] for line in wanted]
 
 
+def parses(source: bytes | None) -> bool:
+    """True when the source is there and parses: its scopes can replace the hunk headers' guesses."""
+    return source is not None and _spans_of(source) is not None
+
+
 def enclosing(source: bytes | None, lines: Iterable[int]) -> list[str]:
     """Qualified names of the defs/classes that contain any of `lines` (1-based), without duplicates."""
     return list(dict.fromkeys(name for names in _around(source, lines) for name in names))

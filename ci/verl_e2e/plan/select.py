@@ -49,7 +49,14 @@ def _recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ra
 
 
 def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
-    """(fires, undecided): undecided means the rule needed the diff and it was not known."""
+    """(fires, undecided): undecided means the rule needed the diff and it was not known.
+
+    `unless_only_in` needs the exact functions (both ASTs, `plan --repo`): with a diff alone a hunk
+    header names the def above the hunk, not the one the line is in, so the rule fires as before."""
+    exact = file.functions
+    only_in = rule.unless_only_in
+    if only_in is not None and exact and not file.module_level and all(only_in.search(n) for n in exact):
+        return False, False
     if rule.diff is None:
         return True, False
     if file.diff_lines is None:
