@@ -102,6 +102,18 @@ def test_a_line_only_the_save_resume_run_took_selects_level1(matrix) -> None:
     assert any(r.rule == "executed" and "L1-save-resume-qwen" in r.why for r in selection.reasons[1])
 
 
+def test_an_older_record_without_lines_still_selects_but_the_plan_says_no_lined_cell_took_them(matrix) -> None:
+    """A record made before the driver kept lines can only say its cell ran the function: its level stays
+    (nothing is skipped on a guess), and the plan still names the lines the cells that kept lines skipped."""
+    lined = _record(0, "lora-ddp", {1, 2, 3, 4, 5, 7})
+    older = replace(_record(0, "lora-ddp", set()), family="qwen3_moe", lines={}, blobs={})
+    selection = select(matrix, [_changed(EDIT_LINE_6)], ran=[lined, older])
+    assert any(r.rule == "executed" and "qwen3_moe" in r.why for r in selection.reasons[0])
+    assert any(u.startswith(f"changed lines no recorded cell ran: {PATH}:6 ") for u in selection.unexecuted)
+    taken = select(matrix, [_changed(EDIT_LINE_3)], ran=[lined, older])
+    assert not taken.unexecuted
+
+
 def test_records_of_another_version_of_the_file_fall_back_to_functions(matrix) -> None:
     ran = [_record(0, "lora-ddp", {1, 2, 3, 4, 5, 7}, blob="f" * 40)]
     selection = select(matrix, [_changed(EDIT_LINE_6)], ran=ran)

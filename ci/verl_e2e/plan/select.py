@@ -39,8 +39,13 @@ def _recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ra
         for h in executed(ran, p, file.scopes, module_level, file.functions, blob=file.old_blob, base_lines=lines)
     ]
     base = file.old_path or file.path
-    if hits or not file.base_lines or not executed(ran, base, file.scopes, module_level, file.functions):
-        return hits, None
+    if not file.base_lines or any(r.ran_lines(base, file.old_blob) is not None for r, _ in hits):
+        return hits, None  # no lines to compare, or a cell that recorded its lines took the change's
+    around = executed(ran, base, file.scopes, module_level, file.functions)
+    if not any(r.ran_lines(base, file.old_blob) is not None for r, _ in around):
+        return hits, None  # no cell that recorded this file's lines ran the code around the change
+    # cells that recorded their lines ran the code around the change and none took it; records without
+    # lines (older runs) may still select their level, which says no more than that their cell ran it
     where = runtime_spans(frozenset(file.base_lines))
     return hits, (
         f"changed lines no recorded cell ran: {base}:{where} (base lines; the cells that ran the code around "
