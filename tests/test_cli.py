@@ -70,7 +70,7 @@ def test_json_contract_from_stdin(subproc) -> None:
     plan = json.loads(result.out)
     assert set(plan) == PLAN_KEYS
     assert plan["levels"] == [0, 1] and plan["families"] == ["qwen"]
-    assert plan["reasons"]["1"][0]["rule"] == "hf-import-export"
+    assert plan["reasons"]["1"][0]["rule"] == "hf-export"
     assert set(plan["skipped"]) == {"2", "3", "4", "5"}
     assert plan["ignored"] == {"docs": ["docs/a.md"]}
     assert all(set(c) == CELL_KEYS for c in plan["cells"])
