@@ -57,8 +57,11 @@ def _compose(config_dir: Path, overrides: list[str]) -> object:
 
 def _every_cell_args(matrix: Matrix) -> dict[str, list[str]]:
     """Every variant of every level, each on a family that has a model for it (args do not depend on
-    the family, only the env does)."""
+    the family, only the env does; a family's `cannot_run` record is set aside here, since a variant
+    whose kind family cannot run today still has arguments verl must accept)."""
     families = [matrix.defaults.family, *matrix.defaults.kind_families.values()]
+    runnable = {n: dataclasses.replace(f, cannot_run=None) for n, f in matrix.families.items()}
+    matrix = dataclasses.replace(matrix, families=runnable)
     selection = select(matrix, [], requested=[0, 1, 2, 3, 4, 5], family_override=families)
     every_kind = frozenset(KINDS)
     selection = dataclasses.replace(selection, targets={lv: dict.fromkeys(families, every_kind) for lv in LEVELS})

@@ -258,10 +258,8 @@ def _env(node: Mapping[str, Any] | None) -> Mapping[str, str]:
 
 
 def _regex(node: Mapping[str, Any], key: str, where: str) -> re.Pattern[str] | None:
-    if key not in node:
-        return None
     try:
-        return re.compile(node[key])
+        return re.compile(node[key]) if key in node else None
     except re.error as exc:
         raise ConfigError(f"{where}.{key}: invalid regular expression ({exc}); fix the pattern") from None
 

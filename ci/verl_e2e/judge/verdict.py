@@ -23,7 +23,6 @@ from verl_e2e.plan.cells import Cell
 
 Result = Literal["Pass", "Fail", "Blocked"]
 DeliverableResult = Literal["Pass", "Fail", "Skipped", "Not requested"]
-HOST_OOM = "host-oom"  # data/signatures.yaml: the node's RAM, not the GPU's
 CLUSTER_AT_SETUP = frozenset({"nccl", "oom", "hang"})  # before model build: the cluster, not Bridge
 TRIAGE = {
     "model_build": "check that the provider is finalized with verl's mpu parallel sizes (TP/PP/CP/EP)",
@@ -137,13 +136,10 @@ def _outcome(  # noqa: PLR0917 - one call site, every argument a different recor
         exit_code = provenance.get("host_exit_code")
         why = f"the cell did not run (the driver exited {exit_code} before the first phase)"
         return _Outcome("Fail", why if exit_code is not None else "the cell did not run", "did_not_run", None)
-    if failure_class == "setup":
+    # the node's RAM (data/signatures.yaml host-oom) is the environment too: Ray kills a worker whoever used it
+    host_oom = failure_class == "oom" and any(ev.failure_signature == "host-oom" for ev in evidences.values())
+    if failure_class == "setup" or host_oom:
         return _Outcome("Blocked", "stopped by the environment, not by the provider", failure_class, failed_phase)
-    if failure_class == "oom" and any(ev.failure_signature == HOST_OOM for ev in evidences.values()):
-        # Ray's memory monitor kills a worker when the *node* runs low, whoever used the memory: on the
-        # H200, six cells' workers were killed in the same second when nine cells shared 128 GiB
-        reason = "the node ran out of host memory (shared with whatever else ran there): not evidence either way"
-        return _Outcome("Blocked", reason, failure_class, failed_phase)
     if failure_class == "interrupted" or (failure_class in CLUSTER_AT_SETUP and stage in ("empty", "setup")):
         when = ", not stopped by the PR's code" if failure_class == "interrupted" else ""  # at any stage
         reason = f"{failure_class}{when or ' before Bridge model construction (cluster setup)'}"
