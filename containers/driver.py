@@ -338,12 +338,15 @@ def import_verl_modules(rec: Recorder, bridge: Path, pythonpath: str, started: f
     return rec.fail("imports", "model_build", reason)
 
 
-def check_environment(rec: Recorder, cell: dict, pythonpath: str) -> tuple[list[str], int | None]:
+def check_environment(
+    rec: Recorder, cell: dict, pythonpath: str, model_path: str | None
+) -> tuple[list[str], int | None]:
     """The preflight: (Hydra overrides to add, exit code if the cell must stop)."""
     started = time.time()
     engine = cell["phases"][0]["env"].get("ENGINE", "vllm")
     info = preflight.lookup(pythonpath, engine)
-    overrides, limitations, notes, blocking = preflight.decide(info, preflight.checkpoints(cell))
+    needs = preflight.model_needs(model_path)
+    overrides, limitations, notes, blocking = preflight.decide(info, preflight.checkpoints(cell), needs)
     env, env_limitations, env_notes = preflight.environment(info)
     rec.overrides.update(env)  # every phase's environment (run_phases)
     limitations, notes = limitations + env_limitations, notes + env_notes
@@ -444,8 +447,10 @@ def run_cell(args: argparse.Namespace) -> int:
     if stopped is not None:
         return stopped
     extra: list[str] = []
+    mapping = [tuple(m.split("=", 1)) for m in args.map]
+    first_env = {k: translate(v, mapping) for k, v in cell["phases"][0]["env"].items()}
     if args.preflight == "auto":
-        extra, stopped = check_environment(rec, cell, pythonpath)
+        extra, stopped = check_environment(rec, cell, pythonpath, first_env.get("MODEL_PATH"))
         if stopped is not None:
             return stopped
     base_env = dict(os.environ, PYTHONPATH=pythonpath, RAY_USAGE_STATS_ENABLED="0")
@@ -456,8 +461,6 @@ def run_cell(args: argparse.Namespace) -> int:
 
     args.work.mkdir(parents=True, exist_ok=True)
     subprocess.run(["rm", "-rf", str(args.work / "checkpoints")], check=False)  # stale, from an unrelated run
-    mapping = [tuple(m.split("=", 1)) for m in args.map]
-    first_env = {k: translate(v, mapping) for k, v in cell["phases"][0]["env"].items()}
     for prep in (
         lambda: prepare_data(first_env, verl, rec, base_env, args.work),
         lambda: prepare_model(cell, first_env, args.work, rec),

@@ -39,6 +39,12 @@ ROLLOUT = {"vllm": "vLLM", "sglang": "SGLang"}
 # needed only by cells that save or resume: Bridge's training/checkpointing.py imports modelopt at
 # module level, and verl's Megatron checkpoint manager imports that module to filter PEFT state
 CHECKPOINTING = {"modelopt": "nvidia-modelopt (Bridge's checkpointing imports it)"}
+# needed only by models with Mamba (SSM) layers: Megatron-Core's Mamba mixer raises when it is built
+# without it, about three minutes into a cell (tiny mamba, falcon_h1, nemotronh and hybrid on the H200)
+MAMBA = {"mamba_ssm": "mamba-ssm (Megatron-Core's Mamba layers)"}
+MAMBA_TYPES = frozenset(
+    {"mamba", "mamba2", "nemotron_h", "falcon_h1", "jamba", "bamba", "granitemoehybrid", "zamba", "zamba2"}
+)
 # module -> (what is missing, overrides that avoid it, limitation recorded)
 OPTIONAL = {
     "fused_weight_gradient_mlp_cuda": (
@@ -235,7 +241,7 @@ def check_imports(pythonpath: str, mode: str, timeout: float) -> tuple[dict, str
 
 def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
     """The environment as found: module origins, Megatron-Core version, cuDNN copies."""
-    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *OPTIONAL, *OPTIONAL_ENV]
+    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *MAMBA, *OPTIONAL, *OPTIONAL_ENV]
     env = dict(os.environ, PYTHONPATH=pythonpath)
     try:
         proc = _python(LOOKUP_SNIPPET, [json.dumps(names)], env, timeout)
@@ -264,6 +270,24 @@ def environment(info: dict) -> tuple[dict, list[str], list[str]]:
     return env, limitations, notes
 
 
+def model_needs(model_path: str | None) -> dict:
+    """Modules the cell's model needs beyond what every cell needs, from a local checkpoint's config.json
+    (and its nested configs): mamba-ssm where it has Mamba layers. Nothing for a hub id or no config."""
+    try:
+        config = json.loads((Path(model_path or "") / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    configs = [config, *(v for v in config.values() if isinstance(v, dict))] if isinstance(config, dict) else []
+    for c in configs:
+        if (
+            c.get("model_type") in MAMBA_TYPES
+            or "hybrid_override_pattern" in c
+            or any(str(k).startswith("mamba_") for k in c)
+        ):
+            return dict(MAMBA)
+    return {}
+
+
 def checkpoints(cell: dict) -> bool:
     """Whether any phase of the cell saves or resumes a checkpoint."""
     for phase in cell.get("phases", []):
@@ -273,8 +297,11 @@ def checkpoints(cell: dict) -> bool:
     return False
 
 
-def decide(info: dict, checkpointing: bool = False) -> tuple[list[str], list[str], list[str], str | None]:
-    """(Hydra overrides, limitations, notes, blocking reason) from what `lookup` found. Pure."""
+def decide(
+    info: dict, checkpointing: bool = False, needs: dict | None = None
+) -> tuple[list[str], list[str], list[str], str | None]:
+    """(Hydra overrides, limitations, notes, blocking reason) from what `lookup` found (`needs`: what the
+    cell's model needs besides, `model_needs`). Pure."""
     if "error" in info:
         return [], [], [info["error"]], None
     found = info.get("found", {})
@@ -288,6 +315,7 @@ def decide(info: dict, checkpointing: bool = False) -> tuple[list[str], list[str
             for name, why in CHECKPOINTING.items()
             if not found.get(name)
         ]
+    missing += [f"{why} (`{name}`), for the cell's model" for name, why in (needs or {}).items() if not found.get(name)]
     if missing:
         return [], [], [], "the environment lacks " + ", ".join(missing) + "; install it in the image"
     overrides: list[str] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,7 @@ def test_lookup_reads_the_real_environment_without_importing() -> None:
         *preflight.REQUIRED,
         *preflight.ROLLOUT,
         *preflight.CHECKPOINTING,
+        *preflight.MAMBA,
         *preflight.OPTIONAL,
         *preflight.OPTIONAL_ENV,
     }
@@ -140,3 +142,23 @@ def test_a_runner_that_owns_gpus_hands_them_out_by_id(matrix: Matrix) -> None:
     with pytest.raises(UsageError, match="this runner owns 1"):
         gpu_request(cell, None, available=8, runner_devices="3")
     assert gpu_request(cell, None, available=8) == 2  # no ownership declared: by count
+
+
+def test_a_model_with_mamba_layers_needs_mamba_ssm_before_ray_starts(tmp_path: Path) -> None:
+    """Megatron-Core's Mamba mixer raised "MambaSSM is not installed" three minutes into real Level 0 cells
+    of four hybrid families: the preflight reads the checkpoint's config and stops the cell at once."""
+    hybrid = tmp_path / "nemotronh"
+    hybrid.mkdir()
+    (hybrid / "config.json").write_text(json.dumps({"model_type": "nemotron_h", "hybrid_override_pattern": "M-M*"}))
+    nested = tmp_path / "falcon"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps({"text_config": {"mamba_d_ssm": 64}, "model_type": "x"}))
+    dense = tmp_path / "qwen"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 64}))
+    assert preflight.model_needs(str(hybrid)) == preflight.model_needs(str(nested)) == preflight.MAMBA
+    assert preflight.model_needs(str(dense)) == {} and preflight.model_needs("Qwen/Qwen2.5-0.5B") == {}
+    found = dict(ALL_THERE, mamba_ssm=None)
+    *_, blocking = preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.model_needs(str(hybrid)))
+    assert blocking is not None and "mamba-ssm" in blocking and "for the cell's model" in blocking
+    assert preflight.decide({"found": found, "engine": "vllm"}, needs={})[3] is None
