@@ -345,11 +345,12 @@ def test_23_level5_with_a_learning_rate_of_zero_fails_as_no_update(tmp_path: Pat
 def test_24_gemmas_critic_failure_is_the_known_break_matrix_records(tmp_path: Path) -> None:
     """verl's critic has an untied value head; Bridge's Gemma bridge maps no output_layer, so the HF weight
     import meets a None task. A model-build Fail in Bridge's code, and the follow-up names matrix.yaml's
-    record that gemma cannot run in verl today (plans make no gemma cell)."""
+    record that verl cannot build gemma's critic today (plans now run gemma critic-free)."""
     v = _judge(OURS / "24-fail-level0-tiny-gemma-critic-without-output-mapping", tmp_path)
     assert (v.result, v.failure_class) == ("Fail", "model_build"), v.headline
     assert "model_bridge.py:1303 in load_weights_hf_to_megatron" in v.headline
-    assert v.follow_ups[0].startswith("matrix.yaml records that gemma cannot run in verl today")
+    assert v.follow_ups[0].startswith("matrix.yaml records that verl cannot build gemma's critic today")
+    assert "this cell built one (GAE)" in v.follow_ups[0]
 
 
 def test_25_cells_disturbing_vllms_memory_profiling_is_the_environment(tmp_path: Path) -> None:
@@ -398,7 +399,7 @@ def test_29_a_vlm_critic_whose_value_head_bridge_cannot_map_is_the_known_break(t
     v = _judge(OURS / "29-fail-level0-tiny-qwen3-vl-critic-value-head-unmapped", tmp_path)
     assert (v.result, v.failure_class, v.family) == ("Fail", "model_build", "qwen_vl"), v.headline
     assert "model_bridge.py:1303 in load_weights_hf_to_megatron" in v.headline
-    assert v.follow_ups[0].startswith("matrix.yaml records that qwen_vl cannot run in verl today")
+    assert v.follow_ups[0].startswith("matrix.yaml records that verl cannot build qwen_vl's critic today")
 
 
 def test_30_a_mamba_model_without_mamba_ssm_is_the_environment(tmp_path: Path) -> None:

@@ -85,6 +85,7 @@ class Family:
     # the variant kinds it applies to (empty: every kind)
     cannot_run: str | None = None
     blocked_kinds: tuple[str, ...] = ()
+    no_critic: str | None = None  # why verl cannot build its critic: its cells run GRPO (no critic) instead
 
     def blocked(self, kind: str) -> str | None:
         """Why a variant of this kind cannot run on this family in verl today, or None."""
@@ -285,7 +286,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         value = node.get(flag, False)
         flags[flag] = value if isinstance(value, bool) else PathSet.parse(value, f"$.families.{name}.{flag}")
     moe, mtp = node.get("moe_model"), node.get("mtp_model")
-    blocked = node.get("cannot_run", {})
+    blocked, critic = node.get("cannot_run", {}), node.get("no_critic")
     return Family(
         name=name,
         model=ModelRef(node["model"], node.get("dummy")),
@@ -298,6 +299,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         mtp_model=ModelRef(mtp["model"], mtp.get("dummy")) if mtp else None,
         cannot_run=f"{blocked['why']} (seen: {blocked['seen']})" if blocked else None,
         blocked_kinds=tuple(blocked.get("kinds", ())),
+        no_critic=f"{critic['why']} (seen: {critic['seen']})" if critic else None,
     )
 
 

@@ -117,9 +117,10 @@ def _is_moe(family: str) -> bool:
     return bool(found is not None and found.has("moe"))
 
 
-def _known_break(verdict: Verdict) -> Verdict:
-    """A failed or blocked cell of a family matrix.yaml records as unable to run in verl today says so
-    first among its follow-ups: the failure is likely that known break, not the change under test."""
+def _known_break(verdict: Verdict, cell: Cell) -> Verdict:
+    """A failed or blocked cell of a family matrix.yaml records as unable to run in verl today (or, for a
+    cell that built a critic, unable to build its critic) says so first among its follow-ups: the failure
+    is likely that known break, not the change under test."""
     if verdict.result not in ("Fail", "Blocked"):
         return verdict
     try:
@@ -129,6 +130,13 @@ def _known_break(verdict: Verdict) -> Verdict:
     found, level = matrix.families.get(verdict.family), matrix.levels.get(verdict.level)
     kind = next((v.applies_to for v in level.variants if v.name == verdict.variant), "all") if level else "all"
     why = found.blocked(kind) if found is not None else None
+    gae = all(p.env.get("ADV_ESTIMATOR", "gae") == "gae" for p in cell.phases)
+    if why is None and found is not None and found.no_critic is not None and gae:
+        follow = (
+            f"matrix.yaml records that verl cannot build {verdict.family}'s critic today: {found.no_critic}; "
+            "this cell built one (GAE), and a plan runs this family critic-free (GRPO)"
+        )
+        return replace(verdict, follow_ups=[follow, *verdict.follow_ups])
     if why is None:
         return verdict
     follow = f"matrix.yaml records that {verdict.family} cannot run in verl today: {why}; a plan makes no such cell"
@@ -226,7 +234,7 @@ def judge_run_dir(
     verdict = _likely_first(verdict, evidences, changes)
     verdict = replace(verdict, timings=timing.breakdown(run.provenance, run.phases, evidences))
     verdict = _import_culprit(verdict, run.provenance, _changes(run.path))
-    verdict = _known_break(with_coverage(verdict, run.path))
+    verdict = _known_break(with_coverage(verdict, run.path), run.cell)
     write_json(run.path / "evidence.json", {name: ev.to_json() for name, ev in evidences.items()})
     write_json(run.path / "verdict.json", verdict.to_json())
     safefs.write_text(run.path / "junit.xml", junit.render([verdict]))

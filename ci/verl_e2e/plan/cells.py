@@ -126,6 +126,8 @@ def _limitations(
         out.append("MoE at COMMON_EP=1: expert routing across ranks is not stressed")
     if family.has("vlm") and variant.applies_to != "vlm":
         out.append("VLM on text-only GSM8K: the vision path is not exercised")
+    if family.no_critic is not None:
+        out.append(f"critic-free (GRPO): the critic is not built, because {family.no_critic}")
     if level != 5:
         out.append("no convergence claim (smoke test)")
     return list(dict.fromkeys(out))
@@ -157,6 +159,8 @@ def _cell(
     for phase in variant.phases:
         env = base | (dict(lvl.env) if level != 0 else {}) | variant_env | _model_env(matrix, family, ref, suffix)
         env |= _runtime_env(matrix, variant.gpus) | dict(phase.env)
+        if family.no_critic is not None and env.get("ADV_ESTIMATOR", "gae") == "gae":
+            env["ADV_ESTIMATOR"] = "grpo"  # GAE needs the critic this family cannot build: no critic at all
         env = {k: _cache_paths(v, paths) for k, v in sorted(env.items())}
         args = [_cache_paths(a, paths) for a in common_args + list(phase.args)]
         phases.append(CellPhase(phase.name, env, args, dict(phase.expect)))
