@@ -12,9 +12,10 @@ import yaml
 
 from verl_e2e.cli.progress import Progress
 from verl_e2e.config.cross_checks import semantic_problems
-from verl_e2e.config.matrix import default_matrix_path, load_matrix, stringify_keys
+from verl_e2e.config.matrix import default_matrix_path, load_matrix
 from verl_e2e.config.schema_check import validate_document
 from verl_e2e.config.signatures import Signature
+from verl_e2e.config.yaml_read import stringify_keys
 from verl_e2e.errors import ConfigError, UsageError
 from verl_e2e.judge.evidence import Evidence, parse_stream
 from verl_e2e.judge.judging import judge_run_dir

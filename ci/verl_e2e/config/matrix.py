@@ -20,6 +20,7 @@ from verl_e2e.config.cross_checks import semantic_problems
 from verl_e2e.config.globs import PathSet
 from verl_e2e.config.schema_check import validate_document
 from verl_e2e.config.signatures import Signature, build_signatures, default_signatures
+from verl_e2e.config.yaml_read import Loader, stringify_keys
 from verl_e2e.errors import ConfigError, did_you_mean
 from verl_e2e.resources import matrix_path
 
@@ -188,28 +189,6 @@ def default_matrix_path() -> Path:
     return matrix_path()
 
 
-_SafeBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
-
-
-class _Loader(_SafeBase):  # type: ignore[valid-type,misc]
-    """Safe loader that keeps timestamps as strings, so a date-like value is never silently retyped."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
-    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def stringify_keys(node: Any) -> Any:
-    """YAML reads `0:` as an int key; JSON Schema (and our contracts) speak of string keys."""
-    if isinstance(node, dict):
-        return {str(k): stringify_keys(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [stringify_keys(v) for v in node]
-    return node
-
-
 def with_runners(matrix: Matrix, runners: Mapping[int, list[str]]) -> Matrix:
     """The matrix with a site's runner labels (GPU count -> labels); they must fit every variant."""
     # scheduled-only layouts run where a runner is large enough (cells.scheduled_cells), PR cells everywhere
@@ -232,7 +211,7 @@ def load_matrix(path: str | os.PathLike[str] | None = None) -> Matrix:
             f"{file}: cannot read the matrix ({exc.strerror}); pass --matrix PATH to a matrix.yaml"
         ) from None
     try:
-        document = stringify_keys(yaml.load(text, Loader=_Loader))
+        document = stringify_keys(yaml.load(text, Loader=Loader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
