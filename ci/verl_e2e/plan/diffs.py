@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
+from verl_e2e.plan import moves
 from verl_e2e.plan.anchors import Anchors
 from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.fields import Assigned, TextScopes
 from verl_e2e.plan.hunks import Found, HunkSides
+from verl_e2e.plan.prose import GoneDefinitions, Prose
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
@@ -48,6 +50,7 @@ class FileDiff:
     found: Found = field(default_factory=Found)  # layout conditions and logging calls the hunks show
     old_blob: str | None = None  # the base file's git blob id (abbreviated as the `index` line gives it)
     anchors: Anchors = field(default_factory=Anchors)  # base lines that stand for the change (anchors.py)
+    raw: list[str] = field(default_factory=list)  # a deleted or added file's whole text (moves.py)
 
     @property
     def branches(self) -> list[Branch]:
@@ -86,6 +89,8 @@ class _Reader:
         self.hunk_scoped = False
         self.text_scopes = TextScopes([])
         self.sides = HunkSides()
+        self.prose = Prose()  # docstring lines, which no aspect or rule reads as code
+        self.gone = GoneDefinitions()  # module-level definitions removed whole, which no aspect reads
 
     def start(self, old: str, new: str) -> None:
         self.end_hunk()
@@ -132,6 +137,8 @@ class _Reader:
         self.old_left = int(m.group(2)) if m.group(2) is not None else 1
         self.new_left = int(m.group(4)) if m.group(4) is not None else 1
         self.seen_change = False
+        self.prose.reset()
+        self.gone.reset()
         self.text_scopes = TextScopes.of_header(m.group(5) or "")
         # git names the last unindented def or class above the hunk: a class leaves the method unknown
         header = _DEF.match(m.group(5) or "")
@@ -148,17 +155,25 @@ class _Reader:
         assert cur is not None
         tag, text = line[:1], line[1:]
         self._assignment(tag, text)
+        prose = False
         if tag in ("+", "-", " ") or line == "":
             self.sides.add(tag or " ", text, self.new_no if tag == "+" else self.old_no)
             cur.anchors.see(tag or " ", text, self.old_no)
+            prose = self.prose.see(tag or " ", text, self.old_no, self.new_no)
+            for n, i in enumerate(self.gone.see(tag or " ", text, len(cur.removed))):
+                name = _DEF.match(cur.removed[i]) if n == 0 else None  # the header stays a change: `del name`
+                cur.removed[i] = f"del {name.group(1)}" if name else f"# {cur.removed[i].strip()}"
+        kept = f"# {text.strip()}" if prose else text  # docstring prose is kept as a comment line
+        if tag in ("+", "-") and cur.status in ("A", "D"):
+            cur.raw.append(text)
         if tag == "+":
-            cur.added.append(text)
+            cur.added.append(kept)
             cur.added_at.append(self.new_no)
             self.new_no += 1
             self.new_left -= 1
             self.seen_change = True
         elif tag == "-":
-            cur.removed.append(text)
+            cur.removed.append(kept)
             cur.removed_at.append(self.old_no)
             self.old_no += 1
             self.old_left -= 1
@@ -175,7 +190,7 @@ class _Reader:
             self.new_left -= 1
         else:  # "\ No newline at end of file" and the like
             return
-        if tag in "+-":
+        if tag in "+-" and not prose:
             d = _DEF.match(text)
             if d:
                 cur.scopes[d.group(1)] = None
@@ -206,6 +221,7 @@ def parse_unified_diff(text: str) -> dict[str, FileDiff]:
         elif m and reader.current is not None:
             reader.hunk(m)
     reader.end_hunk()
+    moves.fold(reader.files, lambda f: (f.status, f.raw), parse_unified_diff)
     return reader.files
 
 

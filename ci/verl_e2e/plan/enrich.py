@@ -43,14 +43,21 @@ def _both(a: set[str] | None, b: set[str] | None) -> set[str] | None:
 def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> list[ChangedFile]:
     """Attach each file's changed lines and scopes; a file the diff leaves out (a lockfile) stays unknown."""
     out = []
+    listed = {f.path for f in files}
+    moved = {d.old_path: d for d in diffs.values() if d.status == "R" and d.old_path and d.path in listed}
     for f in files:
+        if f.status == "D" and f.path in moved:
+            continue  # a deletion the diff pairs with an addition: one renamed file (moves.py)
         d = diffs.get(f.path) or (diffs.get(f.old_path) if f.old_path else None)
         if d is None:
             out.append(f)
             continue
+        renamed = f.status == "A" and d.status == "R"
         out.append(
             replace(
                 f,
+                status="R" if renamed else f.status,
+                old_path=d.old_path if renamed else f.old_path,
                 diff_lines=d.lines,
                 added_at=tuple(d.added_at),
                 old_blob=d.old_blob,
