@@ -408,3 +408,22 @@ def test_30_a_mamba_model_without_mamba_ssm_is_the_environment(tmp_path: Path) -
     v = _judge(OURS / "30-blocked-level0-tiny-mamba-without-mamba-ssm", tmp_path)
     assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
     assert "MambaSSM is not installed" in v.headline
+
+
+def test_31_a_critic_free_cell_on_a_random_model_had_no_gradient_to_give(tmp_path: Path) -> None:
+    """GRPO without a critic on a random tiny Gemma: every reward 0, so every advantage and the policy
+    gradient were exactly 0. The update check fails it from the run's own optimizer records."""
+    v = _judge(OURS / "31-fail-level0-tiny-gemma-critic-free-zero-advantage", tmp_path)
+    assert (v.result, v.failure_class, v.family) == ("Fail", "no_update", "gemma"), v.headline
+    assert "gradient norm 0" in v.headline
+    passed = {c.name for c in v.checks if c.result == "Pass"}
+    assert {"steps_completed", "rollout_matches_trainer", "exit_zero"} <= passed
+    assert not any("cannot build gemma's critic" in f for f in v.follow_ups)  # it built none
+
+
+def test_32_the_preflight_stops_a_mamba_model_before_ray(tmp_path: Path) -> None:
+    v = _judge(OURS / "32-blocked-level0-tiny-mamba-preflight-before-ray", tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
+    assert "preflight" in v.headline and "mamba_ssm" in v.headline
+    assert v.timings is not None and not v.timings.get("phases")
+

@@ -307,7 +307,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             "--family",
             "deepseek_v3",
             *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
-            *("--family", "hy_v3", "--family", "glm_vl"),
+            *("--family", "hy_v3", "--family", "glm_vl", "--family", "qwen25_vl", "--family", "qwen_vl"),
         ]
     )
     doc = json.loads(report.read_text())
@@ -381,3 +381,31 @@ def test_keys_the_released_configs_carry_and_vllm_or_bridge_read(
     for key in path:
         node = node[key]
     assert node == value
+
+
+def test_qwen25_vl_keeps_the_rotary_half_bridge_splits_by_the_release(built: tuple[Path, dict[str, Any]]) -> None:
+    """Bridge's Qwen2.5-VL provider splits every head's rotary half as (16, 24, 24) whatever the config says:
+    the tiny model's heads must be 128 wide, and its own M-RoPE split must say so (H200 run, 2026-12-03)."""
+    out, rows = built
+    assert rows["qwen25_vl"]["ok"], rows["qwen25_vl"]
+    text = json.loads((out / "qwen25_vl" / "config.json").read_text())["text_config"]
+    head = text["hidden_size"] // text["num_attention_heads"]
+    assert head == 128 and sum(text["rope_parameters"]["mrope_section"]) * 2 == head
+    assert text["num_attention_heads"] % text["num_key_value_heads"] == 0
+
+
+def test_the_processor_is_cut_to_the_vision_towers_patches(built: tuple[Path, dict[str, Any]]) -> None:
+    """A processor at its class defaults cut 14-pixel patches for Qwen3-VL's 16-pixel tower in vLLM."""
+    from transformers import AutoConfig
+
+    out, rows = built
+    assert rows["qwen_vl"]["ok"], rows["qwen_vl"]
+    config = AutoConfig.from_pretrained(out / "qwen_vl")
+    sizes = mtm.vision_geometry(config)
+    assert sizes == {
+        "patch_size": config.vision_config.patch_size,
+        "temporal_patch_size": config.vision_config.temporal_patch_size,
+        "merge_size": config.vision_config.spatial_merge_size,
+    }
+    assert sizes["patch_size"] == 16
+    assert mtm.vision_geometry(AutoConfig.from_pretrained(out / "qwen")) == {}

@@ -96,6 +96,17 @@ def test_the_mtp_variant_turns_mtp_training_on(matrix: Matrix, config_dir: Path)
     assert mtp.enable is True and mtp.enable_train is True
 
 
+def test_a_critic_free_cell_builds_no_critic_and_trains_with_an_entropy_bonus(
+    matrix: Matrix, config_dir: Path
+) -> None:
+    """gemma's critic cannot be built (matrix.yaml `no_critic`): verl must read its cell as critic-free."""
+    (cell,) = expand(matrix, select(matrix, [], requested=[0], family_override=["gemma"]))
+    (phase,) = cell.phases
+    cfg = _compose(config_dir, [*phase.args, f"algorithm.adv_estimator={phase.env['ADV_ESTIMATOR']}"])
+    assert cfg.algorithm.adv_estimator == "grpo"  # type: ignore[attr-defined]
+    assert cfg.actor_rollout_ref.actor.entropy_coeff == 0.001  # type: ignore[attr-defined]
+
+
 def test_a_key_verl_does_not_have_fails(config_dir: Path) -> None:
     with pytest.raises(ConfigCompositionException):
         _compose(config_dir, ["actor_rollout_ref.model.mtp.enable_trainn=True"])

@@ -157,6 +157,16 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     "HYV3ForCausalLM": {"first_k_dense_replace": 1},
     # GLM-4.5V: Bridge's provider takes kv_channels from the text config's head_dim (128 in the release)
     "Glm4vMoeForConditionalGeneration": {"text_config": {"head_dim": HEAD_DIM}},
+    # Qwen2.5-VL: Bridge's provider keeps the release's M-RoPE split (16, 24, 24) whatever the config says,
+    # so the rotary half must stay 64: heads of 128 (two query heads, one KV head, over hidden 256); with
+    # 64-wide heads Bridge's rotary split fails ("split_sizes=[16, 24, 24, 16, 24, 24]" of 64, H200 run)
+    "Qwen2_5_VLForConditionalGeneration": {
+        "text_config": {
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+        }
+    },
     # Ministral 3's text model is `ministral3` (YaRN with Llama-4 attention scaling), not Mistral 3's
     # default `mistral`: Bridge's provider reads rope_parameters["llama_4_scaling_beta"]
     "Mistral3ForConditionalGeneration": {
@@ -722,7 +732,30 @@ def _sub_configs(config: Any) -> list[Any]:
     return found
 
 
-def _processor_parts(model_type: str, proc_cls: Any, tokenizer: Any) -> dict[str, Any]:
+def vision_geometry(config: Any) -> dict[str, int]:
+    """The patch geometry the vision tower is built with, as image and video processors name it: a processor
+    at its class defaults cuts 14-pixel patches for a tower built on 16 (a tiny Qwen3-VL in vLLM: "shape
+    '[40960, -1, 2, 16, 16]' is invalid"), so the processor is built to the tower's sizes."""
+    vision = getattr(config, "vision_config", None)
+    names = (
+        ("patch_size", "patch_size"),
+        ("temporal_patch_size", "temporal_patch_size"),
+        ("spatial_merge_size", "merge_size"),
+    )
+    found: dict[str, Any] = {ours: getattr(vision, theirs, None) for theirs, ours in names}
+    return {k: int(v) for k, v in found.items() if _is_int(v)}
+
+
+def _built(cls: Any, sizes: Mapping[str, int]) -> Any:
+    try:
+        return cls(**sizes)
+    except TypeError:  # a processor without these settings (an audio feature extractor)
+        return cls()
+
+
+def _processor_parts(
+    model_type: str, proc_cls: Any, tokenizer: Any, sizes: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     import transformers  # noqa: PLC0415
     from transformers.models.auto import (  # noqa: PLC0415
         feature_extraction_auto,
@@ -743,7 +776,8 @@ def _processor_parts(model_type: str, proc_cls: Any, tokenizer: Any) -> dict[str
         names = tables[attr]().get(model_type)
         names = names.values() if isinstance(names, Mapping) else ([names] if isinstance(names, str) else names or [])
         name = next(n for n in names if n)
-        parts[attr] = getattr(transformers, name)()
+        cls = getattr(transformers, name)
+        parts[attr] = _built(cls, sizes or {}) if attr in ("image_processor", "video_processor") else cls()
     return parts
 
 
@@ -761,7 +795,7 @@ def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
     proc_name = PROCESSOR_MAPPING_NAMES.get(config.model_type)
     try:
         proc_cls = getattr(transformers, str(proc_name))
-        processor = proc_cls(**_processor_parts(config.model_type, proc_cls, tokenizer))
+        processor = proc_cls(**_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config)))
         named = {
             a[: -len("_token")]: getattr(processor, a)
             for a in dir(processor)
@@ -788,7 +822,7 @@ def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
         notes.append("tokens: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
     if processor is not None:  # rebuilt so that it reads the ids of the tokens just added
         proc_cls = type(processor)
-        processor = proc_cls(**_processor_parts(config.model_type, proc_cls, tokenizer))
+        processor = proc_cls(**_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config)))
     return processor
 
 

@@ -34,7 +34,8 @@ base="$work/Megatron-Bridge"
 # about CELL_RAM_GIB of RAM at its peak (Ray, the trainer with actor, reference and critic, vLLM's
 # three processes, the reward workers); cells start only while that much is available per cell, measured
 # when the script starts: run one parallel_runs.sh per node.
-cell_ram=${CELL_RAM_GIB:-16}  # 9 cells overran 128 GiB: at least 13.5 GiB each at their peak
+# 9 cells overran 128 GiB, and so did 7 (Ray's monitor read 119.7 of 125.85 GB: about 17 GiB each at peak)
+cell_ram=${CELL_RAM_GIB:-20}
 avail_gib=$(awk '/^MemAvailable:/ {print int($2 / 1048576)}' /proc/meminfo 2>/dev/null || echo 0)
 if [ "${avail_gib:-0}" -gt 0 ]; then
   fits=$(( avail_gib / cell_ram )); [ "$fits" -ge 1 ] || fits=1
