@@ -162,3 +162,26 @@ def test_an_added_file_unlike_the_deleted_one_stays_new(matrix: Matrix, tmp_path
     ]
     files = parse_unified_diff(_whole(OLD, BODY, added=False) + _whole(NEW, other, added=True))
     assert {p: f.status for p, f in files.items()} == {OLD: "D", NEW: "A"}
+
+
+GLM = "src/megatron/bridge/models/glm/glm5_provider.py"
+AUX = ["from dataclasses import dataclass", "", "", "@dataclass", "class Glm5Provider(GLMMoEProvider):"]
+AUX += ["    moe_aux_loss_coeff: float = 1e-3", "    moe_z_loss_coeff: float | None = None"]
+
+
+def test_a_new_models_loss_settings_schedule_no_learning_signal(matrix: Matrix, tmp_path: Path) -> None:
+    """A file added to a family's directory: Levels 0 and 4 build the new model; nothing trained before
+    computes differently, so its aux-loss coefficient is no Level 5."""
+    levels = _plan(matrix, tmp_path, _whole(GLM, AUX, added=True), [f"A\t{GLM}"])
+    assert levels.get(0) and 5 not in levels, levels
+
+
+def test_the_same_setting_changed_in_a_model_that_trains_today_is(matrix: Matrix, tmp_path: Path) -> None:
+    path = "src/megatron/bridge/models/glm/glm45_provider.py"
+    lines = [
+        " class GLM45Provider(GPTModelProvider):",
+        "-    moe_aux_loss_coeff: float = 1e-3",
+        "+    moe_aux_loss_coeff: float = 0.0",
+    ]
+    levels = _plan(matrix, tmp_path, _hunk(path, "", 30, lines), [f"M\t{path}"])
+    assert "aspect:learning-numerics" in levels.get(5, set()), levels

@@ -156,6 +156,8 @@ class _Scan:
                     target = self.matrix.defaults.kind_families.get(arch, target)
                 kinds = {kind, LORA} if kind == "custom" and file.path.startswith(PEFT) else {kind}
                 for level in sorted(hit.aspect.levels):
+                    if level == 5 and _new_model_code(file):
+                        continue  # a new model's settings: nothing that trained before computes differently
                     if target is None:
                         self.fams.unsupported[level].add(
                             f"{file.path}: {fam} has no {kind.upper()} model in matrix.yaml "
@@ -219,6 +221,12 @@ class _Scan:
             why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
             self.col.add(4, fam, flags, ("architecture", why), path)
         return True
+
+
+def _new_model_code(file: ChangedFile) -> bool:
+    """A file a change adds to one model family's directory: the new model's own loss or init settings,
+    which Levels 0 and 4 build and step; Level 5 is for numerics the models that already train use."""
+    return file.status == "A" and family_dir(file.path) not in (None, *SHARED_DIRS)
 
 
 def select(
