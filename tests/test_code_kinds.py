@@ -174,6 +174,50 @@ def test_shared_code_only_some_architectures_name_runs_on_one_of_them(matrix: Ma
     assert Targets(matrix).users(both) is None  # the default family is among the users: it stays there
 
 
+BASE = "src/megatron/bridge/models/conversion/model_bridge.py"
+BASE_SOURCE = b"""class MegatronModelBridge:
+    def model_config_kwargs(self, hf):
+        return {"fusion": True}
+
+    def build_model_config(self, hf):
+        return self.model_config_kwargs(hf)
+
+    def load_weights(self, hf):
+        return self.map_weight(hf)
+
+    def map_weight(self, hf):
+        return hf
+"""
+BRIDGES = {
+    "src/megatron/bridge/models/llama/llama_bridge.py": b"@MegatronModelBridge.register_bridge(source='LlamaForCausalLM')\n"
+    b"class LlamaBridge(MegatronModelBridge):\n    def provider_kwargs(self, hf):\n"
+    b"        return super().model_config_kwargs(hf)\n    def map_weight(self, hf):\n        return hf\n",
+    "src/megatron/bridge/models/qwen/qwen2_bridge.py": b"@MegatronModelBridge.register_bridge(source='Qwen2ForCausalLM')\n"
+    b"class Qwen2Bridge(MegatronModelBridge):\n    pass\n",
+}
+
+
+def test_a_base_class_method_only_one_bridge_reaches_serves_that_bridge() -> None:
+    """Every bridge names the base class; only Llama's calls this method (through super()). Its one other
+    caller, a builder path, counts only where a recorded cell ran it."""
+    words = users.symbols(BASE_SOURCE, [3])
+    assert words == ("MegatronModelBridge.model_config_kwargs",)
+    ran = frozenset({"MegatronModelBridge", "MegatronModelBridge.load_weights", "MegatronModelBridge.map_weight"})
+    assert users.architectures(BASE, words, BASE_SOURCE, BRIDGES, ran) == ("LlamaForCausalLM",)
+    assert (
+        users.architectures(BASE, words, BASE_SOURCE, BRIDGES, ran | {"MegatronModelBridge.build_model_config"}) is None
+    )
+    assert users.architectures(BASE, words, BASE_SOURCE, BRIDGES) is None  # no records: every use counts
+
+
+def test_a_base_method_the_shared_path_calls_serves_every_model() -> None:
+    """Llama overrides `map_weight`, but the base class's own load path (which cells ran) calls it for
+    every other bridge: not Llama's alone."""
+    words = users.symbols(BASE_SOURCE, [12])
+    ran = frozenset({"MegatronModelBridge.load_weights", "MegatronModelBridge.map_weight"})
+    assert users.architectures(BASE, words, BASE_SOURCE, BRIDGES, ran) is None
+
+
 @pytest.mark.parametrize("probes", [PROBES, HELD_OUT], ids=["probes", "held-out"])
 def test_the_probe_set_is_real_small_changes_with_levels_written_down(probes: Path) -> None:
     data = json.loads(probes.read_text())

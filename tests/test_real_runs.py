@@ -426,4 +426,3 @@ def test_32_the_preflight_stops_a_mamba_model_before_ray(tmp_path: Path) -> None
     assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
     assert "preflight" in v.headline and "mamba_ssm" in v.headline
     assert v.timings is not None and not v.timings.get("phases")
-

@@ -96,9 +96,7 @@ def test_the_mtp_variant_turns_mtp_training_on(matrix: Matrix, config_dir: Path)
     assert mtp.enable is True and mtp.enable_train is True
 
 
-def test_a_critic_free_cell_builds_no_critic_and_trains_with_an_entropy_bonus(
-    matrix: Matrix, config_dir: Path
-) -> None:
+def test_a_critic_free_cell_builds_no_critic_and_trains_with_an_entropy_bonus(matrix: Matrix, config_dir: Path) -> None:
     """gemma's critic cannot be built (matrix.yaml `no_critic`): verl must read its cell as critic-free."""
     (cell,) = expand(matrix, select(matrix, [], requested=[0], family_override=["gemma"]))
     (phase,) = cell.phases

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
-from verl_e2e.plan import users
+from verl_e2e.plan import runtime, users
 from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
 from verl_e2e.plan.diffs import parse_unified_diff
 from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
@@ -120,13 +120,18 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
     wanted = any(f.path.startswith(MODELS) or f.symbols for f in files)
     models = _head_models(repo, head_sha) if wanted else None
     if models:
-        files = [
-            replace(f, serves=users.architectures(f.path, tuple(dict.fromkeys(f.symbols)), new.get(f.path), models))
-            if f.symbols
-            else f
-            for f in files
-        ]
+        files = [_serves(f, new.get(f.path), models) if f.symbols else f for f in files]
     return with_architectures(files, shipped(), models), merge_base, head_sha
+
+
+def _serves(file: ChangedFile, source: bytes | None, models: dict[str, bytes]) -> ChangedFile:
+    """Which architectures' model files alone use the changed code (users.py): never for a name verl
+    itself reads off Bridge objects, and a use in the same file counts only in code a recorded cell ran."""
+    verl_reads = set(shipped().verl_attributes)  # a method verl calls itself runs whatever model it trains
+    names = tuple(dict.fromkeys(n.split(".", 1)[0] if n.rsplit(".", 1)[-1] in verl_reads else n for n in file.symbols))
+    recorded = [r.functions[file.path] for r in runtime.shipped() if file.path in r.functions]
+    ran = frozenset().union(*recorded) if recorded else None
+    return replace(file, serves=users.architectures(file.path, names, source, models, ran))
 
 
 def _head_models(repo: Path, head: str) -> dict[str, bytes]:

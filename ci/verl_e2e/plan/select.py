@@ -170,7 +170,7 @@ class _Scan:
     def _users(self, file: ChangedFile) -> bool:
         fam = self.fams.users(file)
         if fam is not None:
-            named = ", ".join(file.symbols[:3])
+            named = ", ".join(list(dict.fromkeys(file.symbols))[:3])
             why = f"only some architectures' model files use the changed code ({named}): {fam} is one, the default not"
             self.col.add(0, fam, {"all"}, ("shared-code-users", why), file.path)
         return fam is not None

@@ -33,16 +33,32 @@ def shared(path: str) -> bool:
     return path.startswith(MODELS) and ("/" not in rest or rest.split("/", 1)[0] in SHARED)
 
 
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _inside(body: Iterable[ast.stmt], line: int) -> ast.stmt | None:
+    return next((n for n in body if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+
+
+def _distinct(name: str) -> bool:
+    """A method name worth looking up in model files: not a dunder, not a short common word."""
+    return not name.startswith("__") and _WORD.fullmatch(name) is not None and name not in _COMMON
+
+
 def symbols(source: bytes | None, lines: Iterable[int]) -> tuple[str, ...]:
-    """The top-level defs/classes `lines` are in, and the words on the module-level ones."""
+    """The top-level defs/classes `lines` are in (`Class.method` for a line in a method), and the words
+    on the module-level ones."""
     tree = pyparse.tree(source) if source is not None else None
     if tree is None or source is None:
         return ()
     text = source.decode("utf-8", "replace").splitlines()
     found: dict[str, None] = {}
     for line in lines:
-        node = next((n for n in tree.body if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        node = _inside(tree.body, line)
+        method = _inside(node.body, line) if isinstance(node, ast.ClassDef) else None
+        if isinstance(node, ast.ClassDef) and isinstance(method, _DEFS) and _distinct(method.name):
+            found[f"{node.name}.{method.name}"] = None  # the method first, then its class (`architectures`)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             found[node.name] = None
         elif node is not None and not isinstance(node, (ast.Import, ast.ImportFrom)) and line <= len(text):
             code = text[line - 1].split("#", 1)[0]  # a comment names nothing the code uses
@@ -54,28 +70,67 @@ def _named(text: str, word: str) -> bool:
     return re.search(rf"\b{re.escape(word)}\b", text) is not None
 
 
-def _used_at_home(source: bytes | None, names: tuple[str, ...]) -> bool:
-    """Whether the changed file names one of its own changed definitions outside that definition."""
+def _qualname(tree: ast.Module, line: int) -> str | None:
+    """`Class.method` or `function` whose body holds the line; None for module or class-body code."""
+    node = _inside(tree.body, line)
+    if isinstance(node, ast.ClassDef):
+        method = _inside(node.body, line)
+        return f"{node.name}.{method.name}" if isinstance(method, _DEFS) else None
+    return node.name if isinstance(node, _DEFS) else None
+
+
+def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[str] | None = None) -> bool:
+    """Whether the changed file names one of its own changed definitions (a top-level one, or a method)
+    outside that definition. With `ran` (the functions of this file the recorded cells executed), a use
+    inside a function no cell ran is no use: a builder path verl never takes does not make a method
+    every model's."""
     tree = pyparse.tree(source) if source is not None else None
     if tree is None or source is None:
         return False
     lines = source.decode("utf-8", "replace").splitlines()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
-            first, last = node.lineno, node.end_lineno or node.lineno
-            if any(_named(text, node.name) for i, text in enumerate(lines, 1) if not first <= i <= last):
+    defs = [n for n in tree.body if isinstance(n, (*_DEFS, ast.ClassDef))]
+    defs += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, _DEFS)]
+    for node in defs:
+        if node.name not in names:
+            continue
+        first, last = node.lineno, node.end_lineno or node.lineno
+        for i, text in enumerate(lines, 1):
+            if first <= i <= last or not _named(text, node.name):
+                continue
+            where = _qualname(tree, i)
+            if ran is None or where is None or where in ran:
                 return True
     return False
 
 
 def architectures(
-    path: str, names: tuple[str, ...], source: bytes | None, models: Mapping[str, bytes]
+    path: str,
+    names: tuple[str, ...],
+    source: bytes | None,
+    models: Mapping[str, bytes],
+    ran: frozenset[str] | None = None,
 ) -> tuple[str, ...] | None:
     """The architectures of the model files that name `names`; None when shared code uses them too
-    (the changed file outside a definition's own lines, or another shared file) or nothing does."""
+    (the changed file outside a definition's own lines, or another shared file) or nothing does.
+
+    A changed method (`Class.method`) is looked up by its own name first: a base-class method only
+    Llama's bridge calls, through `super()`, serves Llama, though every bridge names the base class.
+    Where the methods say nothing, their classes are (a mapping class only Gemma's bridge builds)."""
+    methods = tuple(dict.fromkeys(n.rsplit(".", 1)[1] for n in names if "." in n))
+    found = _architectures(path, methods, source, models, ran) if methods else ()
+    if found != ():
+        return found  # the methods' users, or None: shared code calls them
+    top = tuple(dict.fromkeys(n.split(".", 1)[0] for n in names))
+    return _architectures(path, top, source, models, ran) or None
+
+
+def _architectures(
+    path: str, names: tuple[str, ...], source: bytes | None, models: Mapping[str, bytes], ran: frozenset[str] | None
+) -> tuple[str, ...] | None:
+    """Like `architectures`, for plain names; () when no other file names them at all."""
     if not names:
-        return None
-    if _used_at_home(source, names):
+        return ()
+    if _used_at_home(source, names, ran):
         return None  # the file itself builds on the changed definition
     users = []
     for other, blob in models.items():
@@ -88,6 +143,6 @@ def architectures(
             return None
         users.append(other)
     if not users:
-        return None
+        return ()
     archs = architectures_by_file(models, only=users)
     return tuple(sorted({a for u in users for a in archs.get(u, ())})) or None
