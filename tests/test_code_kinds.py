@@ -143,6 +143,23 @@ def test_a_config_class_no_cell_builds_selects_nothing(matrix: Matrix) -> None:
     assert built.levels == (0,)
 
 
+def test_a_method_of_a_config_class_no_cell_builds_selects_nothing(matrix: Matrix) -> None:
+    """Bridge's own scheduler config: verl imports the module and never builds the class."""
+    file = ChangedFile(CONFIG, diff_lines=("        if self.max_steps < 1:",), module_level=False,
+                       functions=("SchedulerConfig.finalize",))  # fmt: skip
+    unbuilt = select(matrix, [file], ran=[_record("SchedulerConfig", "LoggerConfig.finalize")])
+    assert unbuilt.levels == () and "none builds SchedulerConfig" in unbuilt.off_surface[CONFIG]
+    built = select(matrix, [file], ran=[_record("SchedulerConfig", "SchedulerConfig.finalize")])
+    assert built.levels == (0,)
+
+
+def test_a_helper_class_no_cell_built_is_not_judged_unbuilt(matrix: Matrix) -> None:
+    """A class only some layout builds (TP > 1) has no recorded method either: it is not a config class."""
+    file = ChangedFile(CONFIG, diff_lines=("        return x",), module_level=False, functions=("TPGatherer.gather",))
+    sel = select(matrix, [file], ran=[_record("TPGatherer", "LoggerConfig.finalize")])
+    assert CONFIG not in sel.off_surface and sel.levels
+
+
 def test_module_values_of_an_ignored_file_stay_ignored_though_the_module_ran(matrix: Matrix) -> None:
     version = "src/megatron/bridge/package_info.py"
     file = ChangedFile(version, diff_lines=("PATCH = 1",), module_level=True, functions=(), definitions=("",))

@@ -71,6 +71,9 @@ def unbuilt(file: ChangedFile, ignored: bool, ran: Sequence[Ran]) -> str | None:
     """Why no cell runs a change that only sets class fields (or, in an ignored file, module values)
     of a module the recorded cells import but whose classes none of them built; None otherwise.
     Model code is built per family and only some families are recorded: it is never judged so."""
+    methods = _unbuilt_config_methods(file, ran)
+    if methods is not None:
+        return methods
     owners = file.definitions
     if not owners or file.path.startswith(MODELS) or ("" in owners and not ignored):
         return None
@@ -84,4 +87,24 @@ def unbuilt(file: ChangedFile, ignored: bool, ran: Sequence[Ran]) -> str | None:
     return (
         f"the change only sets {what}; the recorded cells import this module but none builds {built} "
         "(none ran one of its methods), so no cell runs the change"
+    )
+
+
+def _unbuilt_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> str | None:
+    """The same for a change inside methods of config classes (`...Config`) none of the recorded cells
+    built (none ran one of their methods): Bridge's own training-loop settings, which verl imports with
+    the module and never constructs. Only with exact scopes (`plan --repo`), and only for config classes:
+    a helper class some layout builds (TP > 1) has no recorded method either, yet runs there."""
+    if file.module_level or not file.functions or file.path.startswith(MODELS):
+        return None
+    classes = {f.split(".", 1)[0] for f in file.functions}
+    if any("." not in f for f in file.functions) or not all(c.endswith("Config") for c in classes):
+        return None
+    recorded = {q for r in ran for p in file.paths for q in r.functions.get(p, ())}
+    if not recorded or any(q.startswith(f"{c}.") for c in classes for q in recorded):
+        return None
+    named = ", ".join(sorted(classes)[:3]) + (" ..." if len(classes) > 3 else "")
+    return (
+        f"the change is inside methods of {named}; the recorded cells import this module but none builds "
+        f"{'those classes' if len(classes) > 1 else named} (none ran one of its methods), so no cell runs the change"
     )
