@@ -61,6 +61,8 @@ def test_all_problems_reported_at_once() -> None:
         (b"x = 1\n", b"x = 2\n", False),
         (b'X = "a"\n', b'X = "b"\n', False),  # a string constant is code, not a docstring
         (b"x = (\n", b"x = 1\n", False),  # unparsable: never discounted
+        (b"def f(key):\n    return key\n", b"def f(key: str | tuple) -> str:\n    return key\n", True),  # hints
+        (b"class C:\n    x: int = 1\n", b"class C:\n    x: float = 1\n", False),  # a field's type is the field's
     ],
 )
 def test_cosmetic_python_changes(old: bytes, new: bytes, cosmetic: bool) -> None:

@@ -109,6 +109,29 @@ def test_the_trees_tell_a_log_change_from_code() -> None:
     assert not log_only_change(old, b"def f(x):\n    logger.info('a %s', x)\n    return x + 1\n")
 
 
+def test_text_shown_by_name_is_a_log_change_and_a_key_is_not() -> None:
+    """A progress bar's description reads like a message; the same string as a weight name is code."""
+    old = b'def f(p):\n    description = f"Loading from {p}"\n    return run(p, desc="Loading", key="a.weight")\n'
+    assert log_only_change(old, old.replace(b"Loading from", b"Importing HF weights from"))
+    assert log_only_change(old, old.replace(b'desc="Loading"', b'desc="Importing"'))
+    assert not log_only_change(old, old.replace(b'key="a.weight"', b'key="b.weight"'))
+
+
+EXPORT = "src/megatron/bridge/models/conversion/model_bridge.py"
+
+
+def test_export_code_every_level0_step_ran_gets_no_level1_from_its_path_or_words(matrix: Matrix) -> None:
+    """The rollout's weight sync runs the export at every Level 0 step (and Level 0 checks the rollout
+    got the trained weights): Level 1 adds only what runs at save and resume."""
+    file = ChangedFile(EXPORT, diff_lines=("        hf_weights = megatron_to_hf(task)",), module_level=False,
+                       functions=("MegatronModelBridge.stream_weights_megatron_to_hf",))  # fmt: skip
+    every_step = Ran(0, "lora-ddp", "qwen", "", "", {EXPORT: frozenset(file.functions or ())})
+    assert 1 not in select(matrix, [file], ran=[every_step]).levels
+    save_only = Ran(1, "save-resume", "qwen", "", "", {EXPORT: frozenset(file.functions or ())})
+    levels = select(matrix, [file], ran=[save_only]).reasons.get(1, ())
+    assert {"hf-export", "aspect:hf-weight-transfer"} <= {r.rule for r in levels}
+
+
 CONFIG_SOURCE = b"""
 VERSION = (0, 7, 0)
 NAME = ".".join(map(str, VERSION))

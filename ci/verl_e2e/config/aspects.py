@@ -55,6 +55,7 @@ class Aspect:
     strings: bool = True  # False: string literals are blanked before matching (names in tables, messages)
     architecture: str | None = None  # a kind only some families have: shared code runs on that kind's family
     lines: str = "all"  # "added": only the lines added to a file that existed
+    unless_ran_at: int | None = None  # not when a recorded cell of this level ran every changed function
 
 
 def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspect, ...]:
@@ -68,8 +69,8 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
         paths = PathSet.parse(node.get("paths", DEFAULT_PATHS), f"{where}[{i}].paths")
         levels, kind = frozenset(node["levels"]), node.get("kind", "all")
         strings, arch = node.get("strings", True), node.get("architecture")
-        lines = node.get("lines", "all")
-        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines))
+        lines, ran_at = node.get("lines", "all"), node.get("unless_ran_at")
+        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines, ran_at))
     return tuple(out)
 
 

@@ -128,6 +128,7 @@ class Rule:
     only: Flag | None = None
     kind: str = "all"  # the variant kind its levels run (as an aspect's `kind`)
     unless_only_in: re.Pattern[str] | None = None  # not when every changed function (exact) matches
+    unless_ran_at: int | None = None  # not when a recorded cell of this level ran every changed function
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,7 @@ def _rule(node: Mapping[str, Any], where: str) -> Rule:
         only=node.get("only"),
         kind=node.get("kind", "all"),
         unless_only_in=_regex(node, "unless_only_in", where),
+        unless_ran_at=node.get("unless_ran_at"),
     )
 
 

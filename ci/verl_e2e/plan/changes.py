@@ -121,7 +121,13 @@ def read_changed_files(location: str, stdin_text: str | None = None) -> list[Cha
 
 
 def _strip_docstrings(tree: ast.AST) -> str:
+    """The AST without docstrings and without functions' argument and return annotations (Python never
+    reads those at run time; a dataclass field's annotation, which defines the field, stays)."""
     for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            node.annotation = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
         body = getattr(node, "body", None)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
             first = body[0]
@@ -135,7 +141,8 @@ def _strip_docstrings(tree: ast.AST) -> str:
 
 
 def is_cosmetic_python_change(old: bytes | None, new: bytes | None) -> bool:
-    """True when two versions of a Python file differ only in comments, docstrings or layout."""
+    """True when two versions of a Python file differ only in comments, docstrings, layout or function
+    type hints."""
     if old is None or new is None:
         return False
     try:

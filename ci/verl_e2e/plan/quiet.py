@@ -1,4 +1,5 @@
-"""Changes no cell can tell apart: only log messages (their calls, levels or text).
+"""Changes no cell can tell apart: only log messages (their calls, levels or text, and text shown by
+name: a progress bar's `description`, a `message`).
 
 A reworded warning or a log call moved to debug level changes what a person reads, not what a cell
 builds, trains or saves, so it selects no level (it is reported, with the reason). With both sides
@@ -39,9 +40,26 @@ def _is_log(node: ast.stmt) -> bool:
     return False
 
 
+_SHOWN = re.compile(r"^(desc|description|message|msg|title|label|help|text|prefix|postfix|unit|status)$")
+
+
+def _shown_text(node: ast.AST) -> bool:
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+
+
+def _blank_shown(node: ast.AST) -> None:
+    """Text a person reads (a progress bar's description, a message) set by name: blanked for comparing."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if _SHOWN.match(node.targets[0].id) and _shown_text(node.value):
+            node.value = ast.Constant("")
+    elif isinstance(node, ast.keyword) and node.arg is not None and _SHOWN.match(node.arg) and _shown_text(node.value):
+        node.value = ast.Constant("")
+
+
 def _stripped(source: bytes) -> str:
     tree = ast.parse(source)
     for node in ast.walk(tree):
+        _blank_shown(node)
         for name in ("body", "orelse", "finalbody"):
             body = getattr(node, name, None)
             if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):

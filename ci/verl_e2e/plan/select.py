@@ -53,14 +53,26 @@ def _recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ra
     )
 
 
-def _diff_says(rule: Rule, file: ChangedFile) -> tuple[bool, bool]:
+def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
+    """Whether a recorded cell of `level` ran every function the change sits in (exact scopes only)."""
+    if not file.functions or file.module_level:
+        return False
+    done = {q for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())}
+    return all(n in done for n in file.functions)
+
+
+def _diff_says(rule: Rule, file: ChangedFile, ran: Sequence[Ran] = ()) -> tuple[bool, bool]:
     """(fires, undecided): undecided means the rule needed the diff and it was not known.
 
-    `unless_only_in` needs the exact functions (both ASTs, `plan --repo`): with a diff alone a hunk
-    header names the def above the hunk, not the one the line is in, so the rule fires as before."""
-    exact = file.functions
+    `unless_only_in` and `unless_ran_at` need the exact functions (both ASTs, `plan --repo`): with a
+    diff alone a hunk header names the def above the hunk, not the one the line is in, so the rule
+    fires as before. `unless_ran_at`: HF export code every training step runs (the rollout's weight
+    sync, recorded at Level 0) gains nothing from Level 1's save; save-only export code keeps it."""
+    exact = file.functions if not file.module_level else None
     only_in = rule.unless_only_in
-    if only_in is not None and exact and not file.module_level and all(only_in.search(n) for n in exact):
+    if only_in is not None and exact and all(only_in.search(n) for n in exact):
+        return False, False
+    if rule.unless_ran_at is not None and ran_at(rule.unless_ran_at, file, ran):
         return False, False
     if rule.diff is None:
         return True, False
@@ -144,6 +156,7 @@ class _Scan:
             return False
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added)
+        hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, self.ran)]
         for hit in hits:
             why = f"{hit.aspect.why} (`{hit.term}` in the {hit.where})"
             targets = self.fams.targets(file.path, file, changed=True)
@@ -191,7 +204,7 @@ class _Scan:
         matched = [p for p in file.paths if rule.paths.matches(p)]
         if not matched:
             return False
-        fires, needs_diff = _diff_says(rule, file)
+        fires, needs_diff = _diff_says(rule, file, self.ran)
         if needs_diff:
             for level in rule.levels:
                 self.found.undecided[level].add(rule.name)
