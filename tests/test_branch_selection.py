@@ -52,6 +52,11 @@ def build(cfg, use_megatron_fsdp):
         out["cp"] = True
     return out
 
+def cp_only(x, cfg):
+    if self._pg_collection.cp.size() > 1:
+        x = scatter(x, tensor_model_parallel_size=cfg.tp)
+    return x
+
 class Config:
     def finalize(self):
         if self.sequence_parallel and self.tensor_model_parallel_size <= 1:
@@ -98,7 +103,7 @@ def test_sequence_parallel_fsdp_and_experts_pick_their_levels(matrix: Matrix) ->
     fsdp = select(matrix, [_changed('out["strategy"]')])
     assert fsdp.levels == (0, 3) and "under Megatron-FSDP → Level 3" in _why(fsdp, 3)
     moe = select(matrix, [_changed('out["ep"] = True')])
-    assert 4 in moe.levels and moe.targets[4]["qwen"] == frozenset({"moe"})
+    assert 4 in moe.levels and moe.targets[4]["qwen3_moe"] == frozenset({"moe"})  # the MoE family that ran
     assert "on a MoE model" in _why(moe, 4) and "expert-parallel on a MoE model" in _why(moe, 4)
 
 
@@ -109,6 +114,16 @@ def test_a_branch_no_cell_takes_is_named_not_run(matrix: Matrix) -> None:
     line = _line('out["cp"] = True')
     assert note.startswith(f"changed lines no cell executes: {MAPPING}:{line} ")
     assert "(under `if self._pg_collection.cp.size() > 1`" in note and note in sel.warnings
+
+
+def test_words_of_a_line_no_cell_takes_select_nothing(matrix: Matrix) -> None:
+    """`tensor_model_parallel` is a parallel-layout word (Level 2), but the line sits under CP > 1, which no
+    PR cell runs: the plan names the line instead of running Level 2, which would not take it either."""
+    sel = select(matrix, [_changed("x = scatter(x, tensor_model_parallel_size=cfg.tp)")])
+    assert sel.levels == (0,)
+    assert any("no cell executes" in n and "cp.size() > 1" in n for n in sel.unexecuted)
+    both = select(matrix, [_changed("x = scatter(x, tensor_model_parallel_size=cfg.tp)", "x = gather(x)")])
+    assert 2 in both.levels  # a line some cell takes keeps the file's words
 
 
 def test_a_finalisation_reads_sequence_parallel_as_verl_asks_for_it(matrix: Matrix) -> None:

@@ -19,6 +19,7 @@ from verl_e2e.plan.enrich import with_ast_scopes, with_diff
 from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.runtime import Ran
 from verl_e2e.plan.select import select
+from verl_e2e.plan.surface import shipped
 from verl_e2e.plan.targets import Targets
 
 PEFT = "src/megatron/bridge/peft/lora_layers.py"
@@ -335,3 +336,35 @@ def test_with_both_trees_the_hunk_header_is_no_scope() -> None:
     (exact,) = with_ast_scopes(header_only, diffs, {path: old}, {path: new})
     assert "load_peft_adapter_checkpoint" not in exact.scopes
     assert {"_apply", "_apply_and_mark"} <= set(exact.scopes)
+
+
+RECOMPUTE = "src/megatron/bridge/peft/recompute.py"
+
+
+def test_a_patch_a_disabled_option_never_installs_gets_no_learning_signal(matrix: Matrix) -> None:
+    """The installer ran in every recorded step, the patched forward it installs never did (verl turns
+    recompute off): its gradient words are no Level 5, and the plan says the lines ran nowhere."""
+    inner = "maybe_enable_recompute_inputs_grad._patch.patched_forward"
+    file = ChangedFile(RECOMPUTE, diff_lines=("-    x = x.detach().requires_grad_(True)", "+    x = x.requires_grad_(True)"),
+                       added_at=(98,), module_level=False, functions=(inner,), scopes=("patched_forward",))  # fmt: skip
+    installer = Ran(0, "lora-ddp", "qwen", "", "", {RECOMPUTE: frozenset({"maybe_enable_recompute_inputs_grad"})})
+    sel = select(matrix, [file], ran=[installer])
+    assert 5 not in sel.levels
+    assert any(
+        n.startswith(f"changed lines no recorded cell ran: {RECOMPUTE}:98 (inside {inner}") for n in sel.unexecuted
+    )
+    ran_too = Ran(0, "lora-ddp", "qwen", "", "", {RECOMPUTE: frozenset({"maybe_enable_recompute_inputs_grad", inner})})
+    assert 5 in select(matrix, [file], ran=[ran_too]).levels
+    unknown = Ran(0, "lora-ddp", "qwen", "", "", {RECOMPUTE: frozenset({"other_function"})})
+    assert 5 in select(matrix, [file], ran=[unknown]).levels  # nothing around it ran: new or unrecorded code
+
+
+def test_code_verl_imports_but_never_calls_is_named_as_lines_no_cell_executes(matrix: Matrix) -> None:
+    path = "src/megatron/bridge/peft/lora_layers.py"
+    file = ChangedFile(path, diff_lines=("+        scale = self.adapter.alpha / math.sqrt(self.adapter.dim)",),
+                       added_at=(269,), module_level=False, scopes=("TEFusedLoRALinear", "_make_lora_branch"))  # fmt: skip
+    sel = select(matrix, [file], surface=shipped(), ran=[])
+    assert sel.levels == ()
+    assert any(
+        n.startswith(f"changed lines no cell executes: {path}:269 (not on verl's surface") for n in sel.unexecuted
+    )

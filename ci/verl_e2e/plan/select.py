@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verl_e2e.config.aspects import find
+from verl_e2e.config.aspects import code_lines, find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.plan import bodies, branch_levels, collector, layout, quiet
@@ -51,6 +51,24 @@ def _recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ra
         f"changed lines no recorded cell ran: {base}:{where} (base lines; the cells that ran the code around "
         "them did not take them)"
     )
+
+
+def _never_ran(file: ChangedFile, ran: Sequence[Ran]) -> list[str]:
+    """The changed functions (exact scopes) of shared code when each is an inner function whose enclosing
+    function recorded cells ran and none of them ran it (a patch a disabled option never installs), else
+    []. Level 5 runs the layout Level 0 and Level 1 ran (TP=1, one GPU), so it would not run them either.
+    A function no record knows at all (new, renamed, or of a file version no cell ran) is never judged."""
+    if not file.functions or file.module_level or file.serves or family_dir(file.path) not in (None, *SHARED_DIRS):
+        return []  # code some families' bridges use (users.py), or a family's own: not all are recorded
+    done = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
+
+    def around_ran(name: str) -> bool:  # an enclosing *function* ran (not a class body, which import runs)
+        parts = name.split(".")
+        return any(".".join(parts[:i]) in done and parts[i - 1][:1].islower() for i in range(1, len(parts)))
+
+    if not done or any(n in done or not around_ran(n) for n in file.functions):
+        return []
+    return list(file.functions)
 
 
 def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
@@ -111,10 +129,28 @@ class _Scan:
                 if not ran_it and file.path not in self.ran_around and self._off_surface(file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
-                touched = self._aspects(file) | self._branches(file) | self._users(file)
+                # a file whose every changed line sits under a layout no PR cell takes keeps what its path
+                # and records select (Level 0 runs the function), not what its words suggest
+                worded = self._aspects(file) if not self._nowhere(file) else False
+                touched = worded | self._branches(file) | self._users(file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
                     self._unmatched_runs_level0(file)
+
+    def _nowhere(self, file: ChangedFile) -> str | None:
+        """Why no PR cell runs a change whose every changed code line sits under a layout condition no
+        PR cell's layout takes (a virtual-pipeline branch: every PR cell sets VPP off); None otherwise.
+        Its words select nothing (`vp_stage` is no Level 2 when Level 2 has no VPP): the plan names the
+        lines instead."""
+        if not file.branches or not file.path.startswith("src/") or file.diff_lines is None:
+            return None
+        removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
+        added = file.diff_lines[len(removed) :]
+        sides = len(code_lines(removed)) + len(code_lines(added))
+        if len({(b.line, b.removed) for b in file.branches}) < sides:
+            return None
+        picks, unexecuted = branch_levels.picks(self.cells, file, self.ran, self.fams)
+        return None if picks or not unexecuted else "; ".join(unexecuted)
 
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
@@ -142,6 +178,9 @@ class _Scan:
         why = None if self.surface is None else off_surface(self.surface, file)
         if why is not None:
             self.found.off_surface[file.path] = why
+            if "which no Bridge function verl" in why and file.added_at:  # code verl imports, never calls
+                where = runtime_spans(frozenset(file.added_at))
+                self.found.unexecuted[f"changed lines no cell executes: {file.path}:{where} ({why})"] = None
         return why is not None
 
     def _aspects(self, file: ChangedFile) -> bool:
@@ -157,6 +196,14 @@ class _Scan:
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added)
         hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, self.ran)]
+        never = _never_ran(file, self.ran)
+        if never and any(h.aspect.levels == {5} for h in hits):
+            hits = [h for h in hits if h.aspect.levels != {5}]
+            where = runtime_spans(frozenset(file.added_at)) if file.added_at else "?"
+            self.found.unexecuted[
+                f"changed lines no recorded cell ran: {file.path}:{where} (inside {', '.join(never)}, which the "
+                "recorded cells of this file never ran: no learning signal to measure)"
+            ] = None
         for hit in hits:
             why = f"{hit.aspect.why} (`{hit.term}` in the {hit.where})"
             targets = self.fams.targets(file.path, file, changed=True)

@@ -45,8 +45,12 @@ class Targets:
         self.unsupported: dict[int, set[str]] = defaultdict(set)
 
     def kind_family(self, fam: str, kind: str) -> str | None:
-        """The family a variant of `kind` runs on: `fam` when it has such a model, else the default's."""
+        """The family a variant of `kind` runs on: `fam` when it has such a model, else the default's.
+        The default family's kind family (`defaults.kind_families`) comes first: shared MoE code runs on
+        the MoE family whose cells have run for real, not on the default's own MoE stand-in."""
         family = self.matrix.families[fam]
+        if fam == self.matrix.defaults.family and self.matrix.defaults.kind_families.get(kind) in self.matrix.families:
+            return self.matrix.defaults.kind_families[kind]
         if family.supports(kind):
             return fam
         if fam == self.matrix.defaults.family:
