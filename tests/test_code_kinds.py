@@ -27,6 +27,7 @@ CONFIG = "src/megatron/bridge/training/config.py"
 PROBES = Path(__file__).parent / "fixtures" / "selection-probes" / "probes.json"
 # written later by someone who had not read the planner, before any plan was made (a held-out set)
 HELD_OUT = PROBES.with_name("probes-2.json")
+HELD_OUT_3 = PROBES.with_name("probes-3.json")
 MODEL_BRIDGE = "src/megatron/bridge/models/conversion/model_bridge.py"
 
 
@@ -259,7 +260,7 @@ def test_a_base_method_the_shared_path_calls_serves_every_model() -> None:
     assert users.architectures(BASE, words, BASE_SOURCE, BRIDGES, ran) is None
 
 
-@pytest.mark.parametrize("probes", [PROBES, HELD_OUT], ids=["probes", "held-out"])
+@pytest.mark.parametrize("probes", [PROBES, HELD_OUT, HELD_OUT_3], ids=["probes", "held-out", "held-out-3"])
 def test_the_probe_set_is_real_small_changes_with_levels_written_down(probes: Path) -> None:
     data = json.loads(probes.read_text())
     kinds = {p["kind"] for p in data["probes"]}

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -86,18 +87,19 @@ def probe_repo(tree: Path, work: Path) -> tuple[Path, str]:
     return repo, _git(repo, "rev-parse", "HEAD")
 
 
-def run_probes(args: argparse.Namespace) -> int:
-    probes = json.loads(args.probes.read_text())["probes"]
+def score_probes(
+    probes: list[dict[str, Any]], tree: Path, budget: int | None = None
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], set[int], set[int], bool]]:
+    """Each probe planned with `plan --repo` on a git copy of `tree`: (probe, plan, missed levels,
+    over-run levels, wrong family or unsaid "no cell executes" note)."""
     matrix = load_matrix(Path(__file__).parents[1] / "matrix.yaml")
-    kinds: dict[str, list[int]] = {}
-    notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        repo, base = probe_repo(args.tree, Path(tmp))
+        repo, base = probe_repo(tree, Path(tmp))
         for p in probes:
             _git(repo, "checkout", "-q", "-f", "--detach", base)
             _git(repo, "apply", "--index", "-", stdin=p["diff"])
             _git(repo, "-c", "user.name=probe", "-c", "user.email=probe@invalid", "commit", "-qm", p["id"])
-            plan = make_plan(PlanRequest(repo=str(repo), base=base, head="HEAD", budget=args.budget), matrix).to_json()
+            plan = make_plan(PlanRequest(repo=str(repo), base=base, head="HEAD", budget=budget), matrix).to_json()
             chosen = set(plan["levels"])
             missed, over = set(p["must"]) - chosen, chosen - set(p["allowed"])
             wrong = bool(p.get("families")) and not set(plan["families"]) & set(p["families"])
@@ -105,18 +107,26 @@ def run_probes(args: argparse.Namespace) -> int:
                 p["diff"].split(" b/", 1)[1].split("\n", 1)[0] in line
                 for line in plan["context"].get("unexecuted") or []
             )
-            wrong |= p.get("says_unexecuted", False) and not said
-            row = kinds.setdefault(p["kind"], [0, 0, 0, 0])
-            row[0] += 1
-            row[1] += bool(missed) or wrong
-            row[2] += bool(over)
-            row[3] += sum(COST[lv] for lv in over)
-            if missed or over or wrong or args.show:
-                extra = (plan["context"].get("unexecuted") or []) + [w for lv in plan["uncovered"].values() for w in lv]
-                notes.append(
-                    f"{p['id']:<26} {p['kind']:<17} levels={sorted(chosen)} must={p['must']} families="
-                    f"{plan['families']}{' WRONG FAMILY/NOTE' if wrong else ''}{' | ' + extra[0] if extra else ''}"
-                )
+            yield p, plan, missed, over, wrong or (p.get("says_unexecuted", False) and not said)
+
+
+def run_probes(args: argparse.Namespace) -> int:
+    probes = json.loads(args.probes.read_text())["probes"]
+    kinds: dict[str, list[int]] = {}
+    notes: list[str] = []
+    for p, plan, missed, over, wrong in score_probes(probes, args.tree, args.budget):
+        chosen = set(plan["levels"])
+        row = kinds.setdefault(p["kind"], [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += bool(missed) or wrong
+        row[2] += bool(over)
+        row[3] += sum(COST[lv] for lv in over)
+        if missed or over or wrong or args.show:
+            extra = (plan["context"].get("unexecuted") or []) + [w for lv in plan["uncovered"].values() for w in lv]
+            notes.append(
+                f"{p['id']:<26} {p['kind']:<17} levels={sorted(chosen)} must={p['must']} families="
+                f"{plan['families']}{' WRONG FAMILY/NOTE' if wrong else ''}{' | ' + extra[0] if extra else ''}"
+            )
     total = [sum(r[i] for r in kinds.values()) for i in range(4)]
     print(f"{'kind':<18} probes missed over-ran wasted-cost")
     for kind, (n, miss, over, cost) in [*sorted(kinds.items()), ("all", total)]:
