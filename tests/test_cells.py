@@ -75,11 +75,15 @@ def test_dummy_model_and_limitations(matrix: Matrix) -> None:
 
 
 def test_moe_variants_use_the_family_moe_model(matrix: Matrix) -> None:
-    """A generic change that touches expert code runs the default family's MoE checkpoint."""
+    """A generic change that touches expert code runs the MoE family the default names for MoE code
+    (`defaults.kind_families.moe`); a family's own `moe_model` serves its own MoE changes."""
     moe = ChangedFile(f"{M}/conversion/model_bridge.py", diff_lines=("        if 'experts' in name:",))
     cells = _cells(matrix, [moe])
     by_id = {c.id: c for c in cells}
     assert by_id["L0-lora-ddp-qwen"].model == "Qwen/Qwen2.5-0.5B"
+    assert by_id["L4-expert-parallel-qwen3_moe"].model == "Qwen/Qwen3-30B-A3B"
+    own = dataclasses.replace(matrix, defaults=dataclasses.replace(matrix.defaults, kind_families={}))
+    by_id = {c.id: c for c in _cells(own, [moe])}
     assert by_id["L4-expert-parallel-qwen"].model == "Qwen/Qwen3-30B-A3B"
     assert by_id["L4-expert-parallel-qwen"].phases[0].env["DUMMY_MODEL_CONFIG_PATH"].endswith("qwen-moe.json")
 

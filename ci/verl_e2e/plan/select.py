@@ -12,71 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verl_e2e.config.aspects import code_lines, find
+from verl_e2e.config.aspects import find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import bodies, branch_levels, collector, layout, quiet
+from verl_e2e.plan import bodies, branch_levels, collector, layout, quiet, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
-from verl_e2e.plan.runtime import Ran, cheapest, executed
-from verl_e2e.plan.runtime import spans as runtime_spans
+from verl_e2e.plan.runtime import Ran, cheapest
 from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
 
 PEFT = "src/megatron/bridge/peft/"
 LORA = "lora"  # a target kind marker: the change is to LoRA code, so its custom-layers cell keeps LoRA
 __all__ = ["Reason", "Selection", "family_dir", "select"]
-
-
-def _recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran, str]], str | None]:
-    """The recorded cells that ran the changed code (their lines where a record has the same base file),
-    and, where cells ran the code around the change but none took its lines, the sentence that says so."""
-    module_level = file.module_level or file.diff_lines is None
-    lines = file.base_lines
-    hits = [
-        h
-        for p in file.paths
-        for h in executed(ran, p, file.scopes, module_level, file.functions, blob=file.old_blob, base_lines=lines)
-    ]
-    base = file.old_path or file.path
-    if not file.base_lines or any(r.ran_lines(base, file.old_blob) is not None for r, _ in hits):
-        return hits, None  # no lines to compare, or a cell that recorded its lines took the change's
-    around = executed(ran, base, file.scopes, module_level, file.functions)
-    if not any(r.ran_lines(base, file.old_blob) is not None for r, _ in around):
-        return hits, None  # no cell that recorded this file's lines ran the code around the change
-    # cells that recorded their lines ran the code around the change and none took it; records without
-    # lines (older runs) may still select their level, which says no more than that their cell ran it
-    where = runtime_spans(frozenset(file.base_lines))
-    return hits, (
-        f"changed lines no recorded cell ran: {base}:{where} (base lines; the cells that ran the code around "
-        "them did not take them)"
-    )
-
-
-def _never_ran(file: ChangedFile, ran: Sequence[Ran]) -> list[str]:
-    """The changed functions (exact scopes) of shared code when each is an inner function whose enclosing
-    function recorded cells ran and none of them ran it (a patch a disabled option never installs), else
-    []. Level 5 runs the layout Level 0 and Level 1 ran (TP=1, one GPU), so it would not run them either.
-    A function no record knows at all (new, renamed, or of a file version no cell ran) is never judged."""
-    if not file.functions or file.module_level or file.serves or family_dir(file.path) not in (None, *SHARED_DIRS):
-        return []  # code some families' bridges use (users.py), or a family's own: not all are recorded
-    done = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
-
-    def around_ran(name: str) -> bool:  # an enclosing *function* ran (not a class body, which import runs)
-        parts = name.split(".")
-        return any(".".join(parts[:i]) in done and parts[i - 1][:1].islower() for i in range(1, len(parts)))
-
-    if not done or any(n in done or not around_ran(n) for n in file.functions):
-        return []
-    return list(file.functions)
-
-
-def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
-    """Whether a recorded cell of `level` ran every function the change sits in (exact scopes only)."""
-    if not file.functions or file.module_level:
-        return False
-    done = {q for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())}
-    return all(n in done for n in file.functions)
 
 
 def _diff_says(rule: Rule, file: ChangedFile, ran: Sequence[Ran] = ()) -> tuple[bool, bool]:
@@ -90,7 +38,7 @@ def _diff_says(rule: Rule, file: ChangedFile, ran: Sequence[Ran] = ()) -> tuple[
     only_in = rule.unless_only_in
     if only_in is not None and exact and all(only_in.search(n) for n in exact):
         return False, False
-    if rule.unless_ran_at is not None and ran_at(rule.unless_ran_at, file, ran):
+    if rule.unless_ran_at is not None and unrun.ran_at(rule.unless_ran_at, file, ran):
         return False, False
     if rule.diff is None:
         return True, False
@@ -131,30 +79,15 @@ class _Scan:
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
                 # a file whose every changed line sits under a layout no PR cell takes keeps what its path
                 # and records select (Level 0 runs the function), not what its words suggest
-                worded = self._aspects(file) if not self._nowhere(file) else False
+                worded = self._aspects(file) if not unrun.nowhere(self.cells, file, self.ran, self.fams) else False
                 touched = worded | self._branches(file) | self._users(file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
-                    self._unmatched_runs_level0(file)
-
-    def _nowhere(self, file: ChangedFile) -> str | None:
-        """Why no PR cell runs a change whose every changed code line sits under a layout condition no
-        PR cell's layout takes (a virtual-pipeline branch: every PR cell sets VPP off); None otherwise.
-        Its words select nothing (`vp_stage` is no Level 2 when Level 2 has no VPP): the plan names the
-        lines instead."""
-        if not file.branches or not file.path.startswith("src/") or file.diff_lines is None:
-            return None
-        removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
-        added = file.diff_lines[len(removed) :]
-        sides = len(code_lines(removed)) + len(code_lines(added))
-        if len({(b.line, b.removed) for b in file.branches}) < sides:
-            return None
-        picks, unexecuted = branch_levels.picks(self.cells, file, self.ran, self.fams)
-        return None if picks or not unexecuted else "; ".join(unexecuted)
+                    _unmatched_runs_level0(self.fams, self.col, file)
 
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
-        hits, untaken = _recorded_hits(self.ran, file)
+        hits, untaken = unrun.recorded_hits(self.ran, file)
         if untaken is not None:
             self.found.unexecuted[untaken] = None
             self.ran_around.add(file.path)
@@ -167,20 +100,11 @@ class _Scan:
                 self.col.add(ran.level, fam, {"all"}, ("executed", why), file.path)
         return bool(hits)
 
-    def _unmatched_runs_level0(self, file: ChangedFile) -> None:
-        """On verl's surface but matched by nothing: Level 0 on its architecture's family, never nothing."""
-        if file.path.startswith("src/megatron/bridge/"):
-            why = "on verl's surface, but no rule, aspect or recorded run selected it: Level 0 by default"
-            for fam in self.fams.targets(file.path, file, True):
-                self.col.add(0, fam, {"all"}, ("unmatched-surface", why), file.path)
-
     def _off_surface(self, file: ChangedFile) -> bool:
         why = None if self.surface is None else off_surface(self.surface, file)
         if why is not None:
             self.found.off_surface[file.path] = why
-            if "which no Bridge function verl" in why and file.added_at:  # code verl imports, never calls
-                where = runtime_spans(frozenset(file.added_at))
-                self.found.unexecuted[f"changed lines no cell executes: {file.path}:{where} ({why})"] = None
+            self.found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
         return why is not None
 
     def _aspects(self, file: ChangedFile) -> bool:
@@ -188,22 +112,12 @@ class _Scan:
         if not file.path.startswith("src/"):
             return False
         if file.diff_lines is None:  # paths only: what the change touches is unknown
-            for aspect in self.matrix.aspects:
-                if aspect.paths is None or aspect.paths.matches(file.path):
-                    for level in aspect.levels:
-                        self.found.undecided[level].add(f"aspect {aspect.name}")
+            _undecided_aspects(self.matrix, file, self.found)
             return False
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added)
-        hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, self.ran)]
-        never = _never_ran(file, self.ran)
-        if never and any(h.aspect.levels == {5} for h in hits):
-            hits = [h for h in hits if h.aspect.levels != {5}]
-            where = runtime_spans(frozenset(file.added_at)) if file.added_at else "?"
-            self.found.unexecuted[
-                f"changed lines no recorded cell ran: {file.path}:{where} (inside {', '.join(never)}, which the "
-                "recorded cells of this file never ran: no learning signal to measure)"
-            ] = None
+        hits, note = unrun.kept_hits(hits, file, self.ran)
+        self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
         for hit in hits:
             why = f"{hit.aspect.why} (`{hit.term}` in the {hit.where})"
             targets = self.fams.targets(file.path, file, changed=True)
@@ -211,7 +125,7 @@ class _Scan:
                 self.fams.no_family(file.path, file, hit.aspect.levels)
             for fam in targets:
                 kind, arch = hit.aspect.kind, hit.aspect.architecture
-                target = self.fams.kind_family(fam, kind)
+                target = self.fams.kind_family(fam, kind, moe=any(h.aspect.kind == "moe" for h in hits))
                 if arch is not None and fam == self.matrix.defaults.family:  # shared code of one kind of layer
                     target = self.matrix.defaults.kind_families.get(arch, target)
                 kinds = {kind, LORA} if kind == "custom" and file.path.startswith(PEFT) else {kind}
@@ -281,6 +195,22 @@ class _Scan:
             why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
             self.col.add(4, fam, flags, ("architecture", why), path)
         return True
+
+
+def _unmatched_runs_level0(fams: Targets, col: Collector, file: ChangedFile) -> None:
+    """On verl's surface but matched by nothing: Level 0 on its architecture's family, never nothing."""
+    if file.path.startswith("src/megatron/bridge/"):
+        why = "on verl's surface, but no rule, aspect or recorded run selected it: Level 0 by default"
+        for fam in fams.targets(file.path, file, True):
+            col.add(0, fam, {"all"}, ("unmatched-surface", why), file.path)
+
+
+def _undecided_aspects(matrix: Matrix, file: ChangedFile, found: Findings) -> None:
+    """Paths only: every aspect that could apply to the file is a level only the diff could decide."""
+    for aspect in matrix.aspects:
+        if aspect.paths is None or aspect.paths.matches(file.path):
+            for level in aspect.levels:
+                found.undecided[level].add(f"aspect {aspect.name}")
 
 
 def _new_model_code(file: ChangedFile) -> bool:

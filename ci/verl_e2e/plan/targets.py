@@ -44,13 +44,18 @@ class Targets:
         self.warnings: set[str] = set()
         self.unsupported: dict[int, set[str]] = defaultdict(set)
 
-    def kind_family(self, fam: str, kind: str) -> str | None:
+    def kind_family(self, fam: str, kind: str, moe: bool = False) -> str | None:
         """The family a variant of `kind` runs on: `fam` when it has such a model, else the default's.
         The default family's kind family (`defaults.kind_families`) comes first: shared MoE code runs on
-        the MoE family whose cells have run for real, not on the default's own MoE stand-in."""
+        the MoE family whose cells have run for real, not on the default's own MoE stand-in; with `moe`
+        (the change is MoE code too) so do its other kinds' variants (MoE quantisation: QAT on experts)."""
         family = self.matrix.families[fam]
-        if fam == self.matrix.defaults.family and self.matrix.defaults.kind_families.get(kind) in self.matrix.families:
-            return self.matrix.defaults.kind_families[kind]
+        redirect = self.matrix.defaults.kind_families
+        if fam == self.matrix.defaults.family and redirect.get(kind) in self.matrix.families:
+            return redirect[kind]
+        home = redirect.get("moe", "") if moe and fam == self.matrix.defaults.family and kind != "all" else ""
+        if home in self.matrix.families and self.matrix.families[home].supports(kind):
+            return home
         if family.supports(kind):
             return fam
         if fam == self.matrix.defaults.family:

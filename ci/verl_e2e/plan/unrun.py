@@ -1,0 +1,104 @@
+"""What the records and the layouts say no cell runs: the changed code recorded cells ran (or ran around
+without taking its lines), what a rule or aspect need not add where a cheaper level already runs the
+code, and the changes whose lines no PR cell's layout or call reaches, which the plan names instead."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from verl_e2e.config.aspects import Hit, code_lines
+from verl_e2e.plan import branch_levels
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.layout import CellLayout
+from verl_e2e.plan.runtime import Ran, executed
+from verl_e2e.plan.runtime import spans as runtime_spans
+from verl_e2e.plan.targets import SHARED_DIRS, Targets, family_dir
+
+
+def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran, str]], str | None]:
+    """The recorded cells that ran the changed code (their lines where a record has the same base file),
+    and, where cells ran the code around the change but none took its lines, the sentence that says so."""
+    module_level = file.module_level or file.diff_lines is None
+    lines = file.base_lines
+    hits = [
+        h
+        for p in file.paths
+        for h in executed(ran, p, file.scopes, module_level, file.functions, blob=file.old_blob, base_lines=lines)
+    ]
+    base = file.old_path or file.path
+    if not file.base_lines or any(r.ran_lines(base, file.old_blob) is not None for r, _ in hits):
+        return hits, None  # no lines to compare, or a cell that recorded its lines took the change's
+    around = executed(ran, base, file.scopes, module_level, file.functions)
+    if not any(r.ran_lines(base, file.old_blob) is not None for r, _ in around):
+        return hits, None  # no cell that recorded this file's lines ran the code around the change
+    # cells that recorded their lines ran the code around the change and none took it; records without
+    # lines (older runs) may still select their level, which says no more than that their cell ran it
+    where = runtime_spans(frozenset(file.base_lines))
+    return hits, (
+        f"changed lines no recorded cell ran: {base}:{where} (base lines; the cells that ran the code around "
+        "them did not take them)"
+    )
+
+
+def never_ran(file: ChangedFile, ran: Sequence[Ran]) -> list[str]:
+    """The changed functions (exact scopes) of shared code when each is an inner function whose enclosing
+    function recorded cells ran and none of them ran it (a patch a disabled option never installs), else
+    []. Level 5 runs the layout Level 0 and Level 1 ran (TP=1, one GPU), so it would not run them either.
+    A function no record knows at all (new, renamed, or of a file version no cell ran) is never judged."""
+    if not file.functions or file.module_level or file.serves or family_dir(file.path) not in (None, *SHARED_DIRS):
+        return []  # code some families' bridges use (users.py), or a family's own: not all are recorded
+    done = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
+
+    def around_ran(name: str) -> bool:  # an enclosing *function* ran (not a class body, which import runs)
+        parts = name.split(".")
+        return any(".".join(parts[:i]) in done and parts[i - 1][:1].islower() for i in range(1, len(parts)))
+
+    if not done or any(n in done or not around_ran(n) for n in file.functions):
+        return []
+    return list(file.functions)
+
+
+def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
+    """Whether a recorded cell of `level` ran every function the change sits in (exact scopes only)."""
+    if not file.functions or file.module_level:
+        return False
+    done = {q for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())}
+    return all(n in done for n in file.functions)
+
+
+def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], fams: Targets) -> str | None:
+    """Why no PR cell runs a change whose every changed code line sits under a layout condition no
+    PR cell's layout takes (a virtual-pipeline branch: every PR cell sets VPP off); None otherwise.
+    Its words select nothing (`vp_stage` is no Level 2 when Level 2 has no VPP): the plan names the
+    lines instead."""
+    if not file.branches or not file.path.startswith("src/") or file.diff_lines is None:
+        return None
+    removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
+    added = file.diff_lines[len(removed) :]
+    sides = len(code_lines(removed)) + len(code_lines(added))
+    if len({(b.line, b.removed) for b in file.branches}) < sides:
+        return None
+    picks, unexecuted = branch_levels.picks(cells, file, ran, fams)
+    return None if picks or not unexecuted else "; ".join(unexecuted)
+
+
+def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[list[Hit], str | None]:
+    """The aspect hits that select a level: not one whose `unless_ran_at` level already ran the changed
+    functions, nor a Level 5 one for an inner function its installer never installed (with the note)."""
+    hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, ran)]
+    never = never_ran(file, ran)
+    if not never or not any(h.aspect.levels == {5} for h in hits):
+        return hits, None
+    where = runtime_spans(frozenset(file.added_at)) if file.added_at else "?"
+    note = (
+        f"changed lines no recorded cell ran: {file.path}:{where} (inside {', '.join(never)}, which the "
+        "recorded cells of this file never ran: no learning signal to measure)"
+    )
+    return [h for h in hits if h.aspect.levels != {5}], note
+
+
+def uncalled(file: ChangedFile, why: str) -> str | None:
+    """The "no cell executes" line for code verl imports but whose functions nothing verl calls reaches."""
+    if "which no Bridge function verl" not in why or not file.added_at:
+        return None
+    return f"changed lines no cell executes: {file.path}:{runtime_spans(frozenset(file.added_at))} ({why})"
