@@ -129,6 +129,9 @@ def test_export_code_every_level0_step_ran_gets_no_level1_from_its_path_or_words
                        functions=("MegatronModelBridge.stream_weights_megatron_to_hf",))  # fmt: skip
     every_step = Ran(0, "lora-ddp", "qwen", "", "", {EXPORT: frozenset(file.functions or ())})
     assert 1 not in select(matrix, [file], ran=[every_step]).levels
+    nested = replace(file, functions=("_local_name_to_global._update_expert_number",))  # an EP-only helper
+    around = Ran(0, "lora-ddp", "qwen", "", "", {EXPORT: frozenset({"_local_name_to_global"})})
+    assert 1 not in select(matrix, [nested], ran=[around]).levels  # Level 0 runs the export around it
     save_only = Ran(1, "save-resume", "qwen", "", "", {EXPORT: frozenset(file.functions or ())})
     levels = select(matrix, [file], ran=[save_only]).reasons.get(1, ())
     assert {"hf-export", "aspect:hf-weight-transfer"} <= {r.rule for r in levels}

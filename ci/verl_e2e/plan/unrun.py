@@ -48,22 +48,27 @@ def never_ran(file: ChangedFile, ran: Sequence[Ran]) -> list[str]:
     if not file.functions or file.module_level or file.serves or family_dir(file.path) not in (None, *SHARED_DIRS):
         return []  # code some families' bridges use (users.py), or a family's own: not all are recorded
     done = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
-
-    def around_ran(name: str) -> bool:  # an enclosing *function* ran (not a class body, which import runs)
-        parts = name.split(".")
-        return any(".".join(parts[:i]) in done and parts[i - 1][:1].islower() for i in range(1, len(parts)))
-
-    if not done or any(n in done or not around_ran(n) for n in file.functions):
+    if not done or any(n in done or not _around_ran(n, done) for n in file.functions):
         return []
     return list(file.functions)
 
 
+def _around_ran(name: str, done: set[str]) -> bool:
+    """An enclosing *function* of `name` ran (not a class body, which importing the module runs)."""
+    parts = name.split(".")
+    return any(".".join(parts[:i]) in done and parts[i - 1].lstrip("_")[:1].islower() for i in range(1, len(parts)))
+
+
 def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
-    """Whether a recorded cell of `level` ran every function the change sits in (exact scopes only)."""
+    """Whether a recorded cell of `level` ran every function the change sits in (exact scopes only), or
+    the function around an inner one (an EP-only helper nested in the export: the level runs the export,
+    and a level of the same layout would not take the helper either)."""
     if not file.functions or file.module_level:
         return False
-    done = {q for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())}
-    return all(n in done for n in file.functions)
+    done = {
+        q.replace(".<locals>", "") for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())
+    }
+    return all(n in done or _around_ran(n, done) for n in file.functions)
 
 
 def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], fams: Targets) -> str | None:
