@@ -117,6 +117,8 @@ def test_text_shown_by_name_is_a_log_change_and_a_key_is_not() -> None:
     assert log_only_change(old, old.replace(b"Loading from", b"Importing HF weights from"))
     assert log_only_change(old, old.replace(b'desc="Loading"', b'desc="Importing"'))
     assert not log_only_change(old, old.replace(b'key="a.weight"', b'key="b.weight"'))
+    keyed = b'def f(sd):\n    prefix = "decoder.layers."\n    return {prefix + k: v for k, v in sd.items()}\n'
+    assert not log_only_change(keyed, keyed.replace(b"decoder.layers.", b"model.layers."))  # a key prefix
 
 
 EXPORT = "src/megatron/bridge/models/conversion/model_bridge.py"

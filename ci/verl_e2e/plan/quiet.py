@@ -40,7 +40,8 @@ def _is_log(node: ast.stmt) -> bool:
     return False
 
 
-_SHOWN = re.compile(r"^(desc|description|message|msg|title|label|help|text|prefix|postfix|unit|status)$")
+# names whose string only a person reads; not `prefix`, `label` or `text`, which name state-dict keys too
+_SHOWN = re.compile(r"^(desc|description|message|msg|help)$")
 
 
 def _shown_text(node: ast.AST) -> bool:
