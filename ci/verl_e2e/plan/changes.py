@@ -41,6 +41,10 @@ class ChangedFile:
     # the innermost def/class of every changed line, qualified (`Cls.method`), from both ASTs; None when
     # no AST was read (a diff alone names scopes, not which one a line belongs to)
     functions: tuple[str, ...] | None = None
+    # a diff alone (methods.py): classes a hunk header named whose body no changed line is in, and those
+    # with a change in a method git did not name
+    methods_only: tuple[str, ...] = ()
+    unnamed_methods: tuple[str, ...] = ()
     # assignments outside any function the change sets (class defaults, dataclass fields, module values)
     defaults: tuple[ChangedDefault, ...] = ()
     # changed lines that run only under conditions on the parallel layout (branches.py)

@@ -19,6 +19,7 @@ from verl_e2e.plan.anchors import Anchors
 from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.fields import Assigned, TextScopes
 from verl_e2e.plan.hunks import Found, HunkSides
+from verl_e2e.plan.methods import ClassParts
 from verl_e2e.plan.prose import GoneDefinitions, Prose
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
@@ -51,6 +52,7 @@ class FileDiff:
     old_blob: str | None = None  # the base file's git blob id (abbreviated as the `index` line gives it)
     anchors: Anchors = field(default_factory=Anchors)  # base lines that stand for the change (anchors.py)
     raw: list[str] = field(default_factory=list)  # a deleted or added file's whole text (moves.py)
+    classes: ClassParts = field(default_factory=ClassParts)  # class body or unnamed method (methods.py)
 
     @property
     def branches(self) -> list[Branch]:
@@ -149,6 +151,7 @@ class _Reader:
         self.hunk_scoped = context is not None
         if context:
             self.current.scopes[context.group(1)] = None
+        self.current.classes.start(func[:-1] if func.endswith(".") else None)
 
     def body(self, line: str) -> None:
         cur = self.current
@@ -160,6 +163,7 @@ class _Reader:
             self.sides.add(tag or " ", text, self.new_no if tag == "+" else self.old_no)
             cur.anchors.see(tag or " ", text, self.old_no)
             prose = self.prose.see(tag or " ", text, self.old_no, self.new_no)
+            cur.classes.see(tag or " ", text, prose)
             for n, i in enumerate(self.gone.see(tag or " ", text, len(cur.removed))):
                 name = _DEF.match(cur.removed[i]) if n == 0 else None  # the header stays a change: `del name`
                 cur.removed[i] = f"del {name.group(1)}" if name else f"# {cur.removed[i].strip()}"

@@ -66,7 +66,9 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 cosmetic=f.cosmetic or _comment_only(d),
                 log_only=d.path.endswith(".py") and d.log_only,
                 definitions=_sorted(bodies.owners_from_text(d.lines, [*d.assigned, *d.unassigned])),
-                module_level=d.module_level or d.status in "AD" or not d.scopes,
+                module_level=d.module_level or d.classes.module_code or d.status in "AD" or not d.scopes,
+                methods_only=d.classes.methods_only(),
+                unnamed_methods=d.classes.unnamed_methods(),
                 defaults=fields.from_text(d.path, d.assigned, d.unassigned) if d.path.endswith(".py") else (),
                 branches=tuple(d.branches),
             )

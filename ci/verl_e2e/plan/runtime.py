@@ -61,14 +61,18 @@ def executed(
     *,
     blob: str | None = None,
     base_lines: Sequence[int] | None = None,
+    methods_only: Sequence[str] = (),
+    unnamed_methods: Sequence[str] = (),
 ) -> list[tuple[Ran, str]]:
     """The recorded cells that ran the changed code, each with the function that shows it.
 
     With `functions` (the innermost def/class of each changed line, from the ASTs) a record matches
     exactly that code object: a class body that ran at import says nothing about its methods. With
     scope names only (a diff without the trees), a recorded function whose name is among them
-    matches (`transform` -> `LoRA.transform`), the innermost first. A module-level change matches
-    where the module itself ran (`<module>`).
+    matches (`transform` -> `LoRA.transform`), the innermost first, except the bodies of classes named
+    in `methods_only` (no changed line is in them); any recorded method of a class in `unnamed_methods`
+    matches (a change sits in one git did not name: methods.py). A module-level change matches where
+    the module itself ran (`<module>`).
 
     Where a record has the lines it ran in the same base file (`blob`), a cell that ran none of the
     change's base lines (`base_lines`, anchors.py) does not match, whatever functions it ran: a branch
@@ -83,13 +87,20 @@ def executed(
             wanted = set(functions)
             matching = [q for q in names if q.replace(".<locals>", "") in wanted]
         else:
-            matching = [q for q in names if q.rsplit(".", 1)[-1] in scopes and q != "<module>"]
+            matching = [q for q in names if _named(q, scopes, methods_only, unnamed_methods)]
         hit = max(matching, key=lambda q: (q.count("."), q)) if matching else None  # the innermost one
         if hit is None and module_level and "<module>" in names:
             hit = "<module>"
         if hit is not None:
             found.append((ran, hit))
     return found
+
+
+def _named(qualname: str, scopes: Sequence[str], methods_only: Sequence[str], unnamed: Sequence[str]) -> bool:
+    """A recorded function matches a diff's scope names (a class body only where a change is in it)."""
+    if qualname == "<module>" or qualname in methods_only:
+        return False
+    return qualname.rsplit(".", 1)[-1] in scopes or ("." in qualname and qualname.split(".", 1)[0] in unnamed)
 
 
 def cheapest(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, str]]:

@@ -20,15 +20,26 @@ def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran
     and, where cells ran the code around the change but none took its lines, the sentence that says so."""
     module_level = file.module_level or file.diff_lines is None
     lines = file.base_lines
+    only, unnamed = file.methods_only, file.unnamed_methods
     hits = [
         h
         for p in file.paths
-        for h in executed(ran, p, file.scopes, module_level, file.functions, blob=file.old_blob, base_lines=lines)
+        for h in executed(
+            ran,
+            p,
+            file.scopes,
+            module_level,
+            file.functions,
+            blob=file.old_blob,
+            base_lines=lines,
+            methods_only=only,
+            unnamed_methods=unnamed,
+        )
     ]
     base = file.old_path or file.path
     if not file.base_lines or any(r.ran_lines(base, file.old_blob) is not None for r, _ in hits):
         return hits, None  # no lines to compare, or a cell that recorded its lines took the change's
-    around = executed(ran, base, file.scopes, module_level, file.functions)
+    around = executed(ran, base, file.scopes, module_level, file.functions, methods_only=only, unnamed_methods=unnamed)
     if not any(r.ran_lines(base, file.old_blob) is not None for r, _ in around):
         return hits, None  # no cell that recorded this file's lines ran the code around the change
     # cells that recorded their lines ran the code around the change and none took it; records without
