@@ -126,3 +126,30 @@ def test_renaming_an_adapters_weight_is_a_change_of_its_saved_keys(matrix: Matri
         "obj.linear_in = nn.Linear(in_features", "x = obj.linear_in(in_features"
     )
     assert "aspect:adapter-state-keys" not in _levels(matrix, tmp_path, use, LORA_LAYERS).get(1, set())
+
+
+COMMON = "src/megatron/bridge/utils/common_utils.py"
+AFTER_THE_NAMED_DEF = [
+    "     return module",
+    " ",
+    " ",
+    "+def fix_export_transpose(gen):",
+    "+    for name, tensor in gen:",
+    "+        yield name, tensor.transpose(-2, -1)",
+]
+
+
+def test_a_function_added_after_the_one_the_header_names_is_not_in_it() -> None:
+    """git names the last unindented def above the hunk; a new function after its end is not inside it
+    (read as inside, `_grad_` in the header's name scheduled a learning-signal run for an export fix)."""
+    header = "def hook_hf_module_setattr_for_tp_grad_sync(module: torch.nn.Module) -> torch.nn.Module:"
+    scopes = parse_unified_diff(_hunk(COMMON, header, AFTER_THE_NAMED_DEF))[COMMON].scopes
+    assert list(scopes) == ["fix_export_transpose"]
+
+
+def test_a_change_inside_the_named_def_keeps_it_and_so_does_its_signatures_last_line() -> None:
+    header = "def hook_hf_module_setattr_for_tp_grad_sync("
+    inside = parse_unified_diff(_hunk(COMMON, header, ["     x = 1", "-    return module", "+    return None"]))
+    assert list(inside[COMMON].scopes) == ["hook_hf_module_setattr_for_tp_grad_sync"]
+    signature = parse_unified_diff(_hunk(COMMON, header, ["     module,", "-) -> torch.nn.Module:", "+) -> None:"]))
+    assert list(signature[COMMON].scopes) == ["hook_hf_module_setattr_for_tp_grad_sync"]

@@ -338,7 +338,8 @@ def test_with_both_trees_the_hunk_header_is_no_scope() -> None:
     diffs = parse_unified_diff(RENAME_DIFF)
     (path,) = diffs
     header_only = with_diff([ChangedFile(path)], diffs)
-    assert "load_peft_adapter_checkpoint" in header_only[0].scopes  # a diff alone: the header's guess stays
+    # a diff alone drops the header's guess too: the change starts an unindented def (methods.py's rule)
+    assert "load_peft_adapter_checkpoint" not in header_only[0].scopes
     (exact,) = with_ast_scopes(header_only, diffs, {path: old}, {path: new})
     assert "load_peft_adapter_checkpoint" not in exact.scopes
     assert {"_apply", "_apply_and_mark"} <= set(exact.scopes)

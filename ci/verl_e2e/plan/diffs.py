@@ -72,6 +72,11 @@ class FileDiff:
         return f"{self.status}\t{self.path}"
 
 
+def _top_level(text: str) -> bool:
+    """Unindented code that is not the rest of a bracketed line above (a signature's closing `) -> T:`)."""
+    return bool(text) and not text[0].isspace() and not text.startswith((")", "]", "}", "#"))
+
+
 def _strip_prefix(name: str, prefix: str) -> str:
     name = name.strip().split("\t", 1)[0]
     if name.startswith('"') and name.endswith('"'):
@@ -89,6 +94,7 @@ class _Reader:
         self.old_left = self.new_left = 0  # lines the hunk header promised and the body has not shown yet
         self.seen_change = False
         self.hunk_scoped = False
+        self.header_scope: str | None = None  # the def git's hunk header names, until the hunk leaves it
         self.text_scopes = TextScopes([])
         self.sides = HunkSides()
         self.prose = Prose()  # docstring lines, which no aspect or rule reads as code
@@ -148,9 +154,10 @@ class _Reader:
         func += "." if header and (m.group(5) or "").lstrip().startswith("class") else ""
         self.sides = HunkSides(func)
         context = _DEF.match(m.group(5) or "")
-        self.hunk_scoped = context is not None
-        if context:
-            self.current.scopes[context.group(1)] = None
+        # git names the def above the hunk, which encloses the change only where no unindented code
+        # comes first (a function added after the one named is not in it): decided at the first change
+        self.header_scope = context.group(1) if context else None
+        self.hunk_scoped = False
         self.current.classes.start(func[:-1] if func.endswith(".") else None)
 
     def body(self, line: str) -> None:
@@ -168,6 +175,11 @@ class _Reader:
                 name = _DEF.match(cur.removed[i]) if n == 0 else None  # the header stays a change: `del name`
                 cur.removed[i] = f"del {name.group(1)}" if name else f"# {cur.removed[i].strip()}"
         kept = f"# {text.strip()}" if prose else text  # docstring prose is kept as a comment line
+        if self.header_scope is not None and not prose and _top_level(text):
+            self.header_scope = None  # the hunk is past the named def (or the change starts a new one)
+        if tag in ("+", "-") and not self.seen_change and self.header_scope is not None:
+            cur.scopes[self.header_scope] = None
+            self.hunk_scoped = True
         if tag in ("+", "-") and cur.status in ("A", "D"):
             cur.raw.append(text)
         if tag == "+":
