@@ -160,12 +160,20 @@ def test_the_hunk_text_gives_the_conditions_it_shows() -> None:
         ("pp_group.size() > 1 and vp_size is not None", 1, {False}),
         ("self.config.some_flag and tp_size > 1", 1, {False}),
         ("self.config.some_flag", 1, {True, False}),
+        # what verl sets on every provider: the alltoall dispatcher, no recompute
+        ("config.moe_token_dispatcher_type != 'flex'", 2, {True}),
+        ("self.config.recompute_method is None", 2, {True}),
+        # an expert on a dense model: none (the MoE layout, tp=2 here, can be either)
+        ("is_expert_linear(prefix) and '.local_experts.' not in prefix", 1, {False}),
+        ("is_expert_linear(prefix) and '.local_experts.' not in prefix", 2, {True, False}),
+        ("not self.is_expert", 1, {True}),
     ],
 )
 def test_conditions_evaluate_over_the_values_a_layout_allows(test: str, tp: int, expected: set[bool]) -> None:
     node = layout.parse(test)
     assert node is not None
-    assert {h for h in (True, False) if layout.can_hold(node, h, layout.Layout(tp=tp, pp=tp), False)} == expected
+    at = layout.Layout(tp=tp, pp=tp, moe=tp > 1)
+    assert {h for h in (True, False) if layout.can_hold(node, h, at, False)} == expected
 
 
 def test_a_branch_in_code_no_cell_runs_selects_nothing() -> None:

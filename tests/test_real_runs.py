@@ -426,3 +426,50 @@ def test_32_the_preflight_stops_a_mamba_model_before_ray(tmp_path: Path) -> None
     assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
     assert "preflight" in v.headline and "mamba_ssm" in v.headline
     assert v.timings is not None and not v.timings.get("phases")
+
+
+def test_33_level5_on_smollm2_learns_and_passes(tmp_path: Path) -> None:
+    """Level 5 on the pretrained SmolLM2-135M, 24 GRPO steps on two-digit sums: the batch reward rises
+    far beyond its step-to-step noise and validation agrees. The device's own verdict failed it on the
+    log-prob correlation (0.9872 as the policy sharpened): the calibration this run taught."""
+    run = OURS / "33-pass-level5-smollm2-learning-signal"
+    v = _judge(run, tmp_path)
+    assert (v.result, v.family, v.model) == ("Pass", "llama", "local/smollm2-135m"), v.headline
+    learning = next(c for c in v.checks if c.name == "learning_signal")
+    assert learning.result == "Pass" and "over 24 steps" in learning.detail and "t=12.3" in learning.detail
+    rollout = next(c for c in v.checks if c.name == "rollout_matches_trainer")
+    assert rollout.result == "Pass" and "trained dense" in rollout.detail
+    assert json.loads((run / "verdict.json").read_text())["result"] == "Fail"  # as the device judged it
+
+
+def test_34_an_adapter_output_without_its_graph_fails_level5_as_no_update(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py adapter-detached: the adapter's output is added detached, so 24 steps run,
+    exit 0 and sync, and no gradient ever reaches the adapters."""
+    v = _judge(OURS / "34-fail-level5-smollm2-adapter-detached", tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "no_update"), v.headline
+    assert "`LoRALinear.forward` (src/megatron/bridge/peft/lora_layers.py)" in v.headline
+    checks = {c.name: c for c in v.checks}
+    assert checks["learning_signal"].result == "Fail" and checks["update_nonzero"].result == "Fail"
+    assert "gradient norm 0" in checks["update_nonzero"].detail
+
+
+@pytest.mark.parametrize(
+    "name", ["35-pass-level0-smollm2", "36-pass-level1-smollm2-save-resume"], ids=["level0", "level1"]
+)
+def test_35_36_smollm2_passes_level0_and_level1(name: str, tmp_path: Path) -> None:
+    """Pretrained weights through Bridge's Llama bridge: built, LoRA-wrapped, synced to vLLM (the rollout
+    agrees with the trainer to KL 1.6e-3), stepped; Level 1 saved at step 1 and resumed to step 2."""
+    v = _judge(OURS / name, tmp_path)
+    assert (v.result, v.model) == ("Pass", "local/smollm2-135m"), v.headline
+    assert all(c.result in ("Pass", "Skipped") for c in v.checks), [c for c in v.checks if c.result == "Fail"]
+    if "level1" in name:
+        assert [p["name"] for p in (v.timings or {})["phases"]] == ["save", "resume"]
+
+
+def test_37_an_export_that_swaps_two_weights_fails_as_rollout_weights(tmp_path: Path) -> None:
+    """tools/mutate_bridge.py export-swap on pretrained weights: the gated MLP's gate and up are exported
+    swapped, nothing raises, the step completes; the rollout's log-probs disagree with the trainer's."""
+    v = _judge(OURS / "37-fail-level0-smollm2-export-swap-rollout-weights", tmp_path)
+    assert (v.result, v.failure_class) == ("Fail", "rollout_weights"), v.headline
+    assert "KL 7.55" in v.headline and "`GatedMLPMapping.megatron_to_hf`" in v.headline
+    assert any("weights sent to the rollout differ from the trained ones" in f for f in v.follow_ups)

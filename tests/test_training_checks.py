@@ -115,6 +115,33 @@ def test_the_log_prob_correlation_catches_what_a_small_kl_hides(corr: float, moe
         assert "log-prob correlation" in check.detail and "other weights than the trainer" in check.detail
 
 
+@pytest.mark.parametrize(
+    ("entropy", "k3", "corr", "result"),
+    [
+        (0.94, 4.45e-3, 0.9872, "Pass"),  # run 33: SmolLM2 learning over 24 steps, the policy sharpening
+        (1.82, 1.61e-3, 0.9993, "Pass"),  # run 35: SmolLM2 Level 0
+        (1.82, 2.0e-2, 0.99, "Fail"),  # over 3x the trained model's clean maximum
+        (1.82, 3.0e-3, 0.90, "Fail"),  # a gross mismatch the KL alone would let through
+        (6.87, 4.45e-3, 0.9872, "Fail"),  # the same figures on a near-uniform (random) policy
+    ],
+    ids=["trained-learning", "trained-step", "trained-kl", "trained-corr", "random-same-figures"],
+)
+def test_a_trained_policy_is_held_to_its_own_calibration(entropy: float, k3: float, corr: float, result: str) -> None:
+    """Probabilities concentrated near 0 and 1 correlate less between two bf16 engines as a policy
+    sharpens (run 33), so the correlation floor that separates a random model's mismatch is too tight
+    for a trained one; which one a run is comes from its first step's entropy."""
+    ev = Evidence(
+        series={
+            "actor/entropy": [[1.0, entropy], [2.0, entropy / 4]],
+            "rollout_corr/k3_kl": [[1.0, k3]],
+            "training/rollout_actor_probs_pearson_corr": [[1.0, corr]],
+        }
+    )
+    check = training.rollout_check({"run": ev})
+    assert check.result == result, check.detail
+    assert ("trained dense" in check.detail) == (entropy < training.TRAINED_ENTROPY) or result == "Fail"
+
+
 def test_rollout_agreement_is_skipped_without_figures() -> None:
     assert training.rollout_check({"run": Evidence()}).result == "Skipped"
 

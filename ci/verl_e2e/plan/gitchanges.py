@@ -21,6 +21,12 @@ from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.surface import MODELS, shipped
 
 
+def _all_quoted(f: ChangedFile) -> bool:
+    """A modified Python file whose every changed code line holds a string literal."""
+    code = [t for t in f.diff_lines or () if t.strip() and not t.lstrip().startswith("#")]
+    return f.status == "M" and f.path.endswith(".py") and bool(code) and all(("'" in t or '"' in t) for t in code)
+
+
 def _git(repo: Path, *args: str, what: str) -> str:
     try:
         proc = subprocess.run(
@@ -113,8 +119,11 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
     }
     files = [replace(f, cosmetic=f.path in cosmetic) for f in files]
     files = with_ast_scopes(with_diff(files, diffs), diffs, old, new)
-    files = [  # the trees confirm what the hunks' text suggests (a logging call that opens above a hunk is missed)
-        replace(f, log_only=not f.cosmetic and log_only_change(old.get(f.path), new.get(f.path))) if f.log_only else f
+    files = [  # the trees confirm what the hunks' text suggests (a logging call that opens above a hunk is missed),
+        # and decide where every changed line holds a string (a progress call's text, which the text cannot tell)
+        replace(f, log_only=not f.cosmetic and log_only_change(old.get(f.path), new.get(f.path)))
+        if f.log_only or _all_quoted(f)
+        else f
         for f in files
     ]
     wanted = any(f.path.startswith(MODELS) or f.symbols for f in files)

@@ -55,8 +55,19 @@ _STAGES = ("is_pipeline_first_stage", "is_pipeline_last_stage", "is_pp_first_sta
 _FSDP = ("use_megatron_fsdp", "use_custom_fsdp", "megatron_fsdp", "FullyShardedDataParallel")
 WORDS = {"tp": "at TP > 1", "pp": "at PP > 1", "vpp": "with virtual pipeline stages", "cp": "at CP > 1",
          "sp": "under sequence parallel", "ep": "at EP > 1", "etp": "at expert TP > 1",
-         "fsdp": "under Megatron-FSDP", "moe": "on a MoE model"}  # fmt: skip
+         "fsdp": "under Megatron-FSDP", "moe": "on a MoE model", "verl": "with a setting verl never uses"}  # fmt: skip
 CONFIGURING = ("finalize", "__post_init__")
+# What verl's Megatron engine sets on every provider it builds, whatever the cell (verl 1dda039,
+# workers/engine/megatron/transformer_impl.py `provider_overrides`; recompute stays off in its engine
+# config and no cell turns it on): a branch that needs another value runs in no cell.
+VERL_SETS: dict[str, Any] = {
+    "moe_token_dispatcher_type": "alltoall",
+    "moe_router_load_balancing_type": "none",
+    "batch_p2p_comm": False,
+    "variable_seq_lengths": True,
+    "recompute_method": None,
+    "recompute_granularity": None,
+}
 MAX_COMBINATIONS = 64
 
 
@@ -100,7 +111,10 @@ def _group(node: ast.AST) -> str | None:
 
 
 def dimension(name: str) -> tuple[str, str] | None:
-    """(dimension, what) an identifier reads: what is size, rank, stage, flag or moe."""
+    """(dimension, what) an identifier reads: what is size, rank, stage, flag or moe; ("verl", name) for a
+    setting verl fixes."""
+    if name in VERL_SETS:
+        return "verl", name
     for dim, names in _SIZES.items():
         if name in names:
             return dim, "size"
@@ -113,12 +127,14 @@ def dimension(name: str) -> tuple[str, str] | None:
         return "sp", "flag"
     if name in _FSDP or ("fsdp" in name.lower() and not name.lower().endswith(("_size", "_group"))):
         return "fsdp", "flag"
-    if name == "num_moe_experts" or name.startswith("moe_"):
-        return "moe", "moe"
+    if name == "num_moe_experts" or name.startswith("moe_") or "expert" in name.lower():
+        return "moe", "moe"  # `is_expert`, `is_expert_linear(name)`, `num_local_experts`: no expert on a dense model
     return None
 
 
 def _lookup(dim: str, what: str, layout: Layout, configuring: bool) -> Values:
+    if dim == "verl":
+        return frozenset({VERL_SETS[what]})
     if dim == "sp":
         return BOTH if configuring and layout.tp == 1 else frozenset({layout.tp > 1})
     if dim == "fsdp":

@@ -1,5 +1,5 @@
 """Changes no cell can tell apart: only log messages (their calls, levels or text, and text shown by
-name: a progress bar's `description`, a `message`).
+name: a progress bar's `description`, a `message`, or the text given to a progress call).
 
 A reworded warning or a log call moved to debug level changes what a person reads, not what a cell
 builds, trains or saves, so it selects no level (it is reported, with the reason). With both sides
@@ -48,8 +48,21 @@ def _shown_text(node: ast.AST) -> bool:
     return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
+# calls that show progress: their string arguments are what the bar says (`_with_progress_tracking(tasks,
+# "Converting to HuggingFace", show)`, rich's `progress.add_task("Loading", total=n)`, `track(it, "Saving")`)
+_PROGRESS = re.compile(r"(?i)(progress|^add_task$|^track$)")
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
 def _blank_shown(node: ast.AST) -> None:
-    """Text a person reads (a progress bar's description, a message) set by name: blanked for comparing."""
+    """Text a person reads (a progress bar's description, a message) set by name, or given to a progress
+    call: blanked for comparing."""
+    if isinstance(node, ast.Call) and _PROGRESS.search(_call_name(node)):
+        node.args = [ast.Constant("") if _shown_text(a) else a for a in node.args]
     if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
         if _SHOWN.match(node.targets[0].id) and _shown_text(node.value):
             node.value = ast.Constant("")

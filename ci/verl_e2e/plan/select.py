@@ -190,11 +190,20 @@ class _Scan:
         kinds = {rule.only} if rule.only else ({rule.kind} if rule.kind != "all" else {"all", *flags})
         for level in sorted(rule.levels):
             self.col.add(level, fam, kinds, (rule.name, rule.why), path)
-        if changed and flags and not path.endswith("__init__.py"):  # an __init__ only re-exports
-            named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
-            why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
-            self.col.add(4, fam, flags, ("architecture", why), path)
+        if changed and flags:
+            _architecture_variant(self.matrix, self.col, fam, flags, path)
         return True
+
+
+def _architecture_variant(matrix: Matrix, col: Collector, fam: str, flags: set[str], path: str) -> None:
+    """A change to a MoE/VLM/MTP family's own model files runs its Level 4 variant. Not an __init__ (it
+    only re-exports), nor a file of another family's directory (a base bridge the family subclasses):
+    it runs there too, but the family's MoE, vision or MTP parts are in its own files."""
+    if matrix.families[fam].dir != family_dir(path) or path.endswith("__init__.py"):
+        return
+    named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
+    why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
+    col.add(4, fam, flags, ("architecture", why), path)
 
 
 def _unmatched_runs_level0(fams: Targets, col: Collector, file: ChangedFile) -> None:
