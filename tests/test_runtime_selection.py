@@ -35,6 +35,8 @@ RUNS = {
     "L1-save-resume-qwen": RUN.parent / "11-pass-level1-save-resume-records",
     "L0-lora-ddp-qwen3_moe": RUN.parent / "12-pass-level0-tiny-qwen3-moe",
     "L0-lora-ddp-mistral": RUN.parent / "27-pass-level0-tiny-mistral",
+    "L0-lora-ddp-llama": RUN.parent / "35-pass-level0-smollm2",
+    "L1-save-resume-llama": RUN.parent / "36-pass-level1-smollm2-save-resume",
 }
 
 
