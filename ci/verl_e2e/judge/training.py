@@ -31,11 +31,11 @@ from verl_e2e.judge.evidence import Evidence
 # verl's training/rollout_actor_probs_pearson_corr below which the same conclusion holds. Calibration
 # (docs/real-runs.md), per policy:
 # * near-uniform (random tiny dense models, step-1 entropy 6.4-6.9 nats): clean KL 5.6e-4 to 7.5e-4 and
-#   correlation 0.99995 or more (10 runs); a mapping that left two MLP weights at their initial values
+#   correlation 0.99995 or more (8 runs, 10 steps); a mapping that left two MLP weights at their initial values
 #   gave KL 9.7e-3 and correlation 0.983. KL stays small on near-uniform probabilities whatever the
 #   weights, so the scale-free correlation decides there: floor 0.995.
 # * trained weights (SmolLM2-135M, entropy 1.9 falling to 0.04 as Level 5 learns): clean KL 6.1e-4 to
-#   4.45e-3 and correlation down to 0.9872 (5 runs, 53 steps); the correlation of probabilities
+#   4.45e-3 and correlation down to 0.9872 (6 runs, 76 steps); the correlation of probabilities
 #   concentrated near 0 and 1 falls as the policy sharpens, so it only bounds gross mismatches (0.95).
 #   Two swapped export weights: KL 7.55, correlation 0.17. KL limit 1.5e-2, over 3x the clean maximum.
 # * a tiny random MoE: KL to ~5e-3, correlation 0.956 (2 runs: routing flips between vLLM and
