@@ -61,11 +61,11 @@ def outcomes(cells: Sequence[CellLayout], branches: Sequence[Branch], moe_family
     groups: dict[tuple[CellLayout | None, str, str, str | None], list[int]] = {}
     for branch in branches:
         tests = branch.tests()
-        found = list(layout.running(list(cells), tests, moe_family, branch.configuring))
+        found = list(layout.running(list(cells), tests, moe_family))
         first = next((c for c in found if not c.scheduled), None)
         if first is not None and first.level == 0 and first.kind == "all":
             continue
-        held = [layout.can_hold(t, holds, base, branch.configuring) for t, holds in tests]
+        held = [layout.can_hold(t, holds, base) for t, holds in tests]
         blocking = [c for c, ok in zip(branch.conditions, held, strict=False) if not ok] or list(branch.conditions)
         read = {d for c in blocking if (t := layout.parse(c.test)) is not None for d in layout.reads(t)}
         other = first or next((c for c in found if c.scheduled), None)

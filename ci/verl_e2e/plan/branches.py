@@ -53,12 +53,6 @@ class Branch:
     function: str  # the innermost def's name ("": outside any or not shown; "Class.": a method not shown)
     conditions: tuple[Condition, ...]
 
-    @property
-    def configuring(self) -> bool:
-        """In a config's finalisation (which reads the layout as requested, before it is settled), or
-        in code whose function is not known, which might be one."""
-        return self.function.rsplit(".", 1)[-1] in (*layout.CONFIGURING, "")
-
     def tests(self) -> list[tuple[ast.expr, bool]]:
         return [(t, c.holds) for c in self.conditions if (t := layout.parse(c.test)) is not None]
 

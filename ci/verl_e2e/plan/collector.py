@@ -62,6 +62,19 @@ class Collector:
             entry[1][path] = None
 
 
+class Narrowed(Collector):
+    """The same collection, for one changed file: levels none of whose cells would run its changed lines
+    (every line under a layout condition their layouts cannot take: unrun.off_layout) are dropped
+    whatever selected them, apart from what the layout branches themselves pick."""
+
+    def __init__(self, col: Collector, off: set[int]) -> None:
+        self.kinds, self.hits, self.off = col.kinds, col.hits, off
+
+    def add(self, level: int, family: str, kinds: Iterable[str], reason: tuple[str, str], path: str | None) -> None:
+        if level not in self.off or reason[0] == "layout-branch":
+            super().add(level, family, kinds, reason, path)
+
+
 def retarget(col: Collector, families: Sequence[str]) -> Collector:
     """--family: every selected level runs on the named families instead."""
     out = Collector()

@@ -6,9 +6,9 @@ inside it never runs there. Each variant's env in matrix.yaml (COMMON_TP, COMMON
 COMMON_CP, COMMON_EP, COMMON_ETP, USE_MEGATRON_FSDP) is read into a `Layout`, and a condition is
 evaluated over the values each layout name can take on some rank (a TP rank is 0 or 1 at TP=2; the
 last pipeline stage is true or false at PP=2). A condition is a possible path when it can be true;
-anything the layout does not fix (a config flag) can be either. Sequence parallel is what verl asks
-for (on) until a provider's finalisation turns it off at TP=1, so it is on only at TP > 1 except
-inside `finalize`/`__post_init__`, which read the request.
+anything the layout does not fix (a config flag) can be either. Sequence parallel is on exactly at
+TP > 1, finalisation included: verl's engine config turns it off at TP=1 before it hands the provider
+its overrides (verl 1dda039, `workers/config/engine.py`, "set sequence parallel to false as TP size is 1").
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ _FSDP = ("use_megatron_fsdp", "use_custom_fsdp", "megatron_fsdp", "FullyShardedD
 WORDS = {"tp": "at TP > 1", "pp": "at PP > 1", "vpp": "with virtual pipeline stages", "cp": "at CP > 1",
          "sp": "under sequence parallel", "ep": "at EP > 1", "etp": "at expert TP > 1",
          "fsdp": "under Megatron-FSDP", "moe": "on a MoE model", "verl": "with a setting verl never uses"}  # fmt: skip
-CONFIGURING = ("finalize", "__post_init__")
+CONFIGURING = ("finalize", "__post_init__")  # run after verl's provider overrides (overrides.py)
 # What verl's Megatron engine sets on every provider it builds, whatever the cell (verl 1dda039,
 # workers/engine/megatron/transformer_impl.py `provider_overrides`; recompute stays off in its engine
 # config and no cell turns it on): a branch that needs another value runs in no cell.
@@ -132,11 +132,11 @@ def dimension(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _lookup(dim: str, what: str, layout: Layout, configuring: bool) -> Values:
+def _lookup(dim: str, what: str, layout: Layout) -> Values:
     if dim == "verl":
         return frozenset({VERL_SETS[what]})
     if dim == "sp":
-        return BOTH if configuring and layout.tp == 1 else frozenset({layout.tp > 1})
+        return frozenset({layout.tp > 1})
     if dim == "fsdp":
         return frozenset({layout.fsdp})
     if dim == "moe":
@@ -157,15 +157,15 @@ _OPS: dict[type, Callable[[Any, Any], Any]] = {
 
 
 class _Eval:
-    def __init__(self, layout: Layout, configuring: bool) -> None:
-        self.layout, self.configuring = layout, configuring
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
 
     def values(self, node: ast.AST) -> Values:
         if isinstance(node, ast.Constant):
             return frozenset({node.value})
         if isinstance(node, (ast.Name, ast.Attribute)):
             found = dimension(_ident(node) or "")
-            return None if found is None else _lookup(*found, self.layout, self.configuring)
+            return None if found is None else _lookup(*found, self.layout)
         if isinstance(node, ast.Call):
             return self._call(node)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -185,10 +185,10 @@ class _Eval:
         name = _ident(node.func) or ""
         found = dimension(name)
         if found is not None:
-            return _lookup(*found, self.layout, self.configuring)
+            return _lookup(*found, self.layout)
         if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
             found = dimension(str(node.args[1].value))
-            return None if found is None else _lookup(*found, self.layout, self.configuring)
+            return None if found is None else _lookup(*found, self.layout)
         if name == "isinstance" and len(node.args) == 2 and dimension(_ident(node.args[1]) or "") == ("fsdp", "flag"):
             return frozenset({self.layout.fsdp})
         if name in ("bool", "int") and len(node.args) == 1:
@@ -262,9 +262,9 @@ def reads(node: ast.AST) -> set[str]:
     return found
 
 
-def can_hold(test: ast.expr, holds: bool, layout: Layout, configuring: bool) -> bool:
+def can_hold(test: ast.expr, holds: bool, layout: Layout) -> bool:
     """Whether some rank of `layout` can take this branch (`holds`: the test true; else false)."""
-    return holds in _Eval(layout, configuring).truth(test)
+    return holds in _Eval(layout).truth(test)
 
 
 def _env_int(env: dict[str, str], key: str, default: int | None) -> int | None:
@@ -295,15 +295,15 @@ class CellLayout:
     scheduled: bool = False
 
 
-def cell_layouts(matrix: Matrix) -> list[CellLayout]:
+def cell_layouts(matrix: Matrix, every_kind: bool = False) -> list[CellLayout]:
     """The layouts a PR's cells run, cheapest level first: every level's generic variants, then Level 4's
-    MoE variants (the architecture-specific level, where a MoE-only branch belongs); the scheduled full
-    run's layouts last."""
+    MoE variants (the architecture-specific level, where a MoE-only branch belongs; `every_kind`: every
+    level's MoE variants, as Level 2's expert-parallel one); the scheduled full run's layouts last."""
     out = []
     for scheduled in (False, True):
         for kind in ("all", "moe"):
             for level in sorted(matrix.levels):
-                if kind == "moe" and level != 4 and not scheduled:
+                if kind == "moe" and level != 4 and not scheduled and not every_kind:
                     continue
                 for v in matrix.levels[level].variants:
                     if v.applies_to == kind and v.scheduled == scheduled:
@@ -311,12 +311,10 @@ def cell_layouts(matrix: Matrix) -> list[CellLayout]:
     return out
 
 
-def running(
-    cells: list[CellLayout], tests: list[tuple[ast.expr, bool]], moe_family: bool, configuring: bool
-) -> Iterator[CellLayout]:
+def running(cells: list[CellLayout], tests: list[tuple[ast.expr, bool]], moe_family: bool) -> Iterator[CellLayout]:
     """The cells whose layout can take every one of `tests` at once (`moe_family`: the changed code's
     family has experts, so its generic cells run a MoE model), in `cells`' order."""
     for cell in cells:
         layout = cell.layout if cell.kind == "moe" or not moe_family else replace(cell.layout, moe=True)
-        if all(can_hold(t, holds, layout, configuring) for t, holds in tests):
+        if all(can_hold(t, holds, layout) for t, holds in tests):
             yield cell

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from verl_e2e.config.aspects import find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import bodies, branch_levels, collector, layout, quiet, unrun
+from verl_e2e.plan import bodies, branch_levels, collector, layout, overrides, quiet, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.runtime import Ran, cheapest
@@ -60,10 +60,13 @@ class _Scan:
         self.cells = layout.cell_layouts(matrix)
         self.ran_around: set[str] = set()  # files whose changed lines no cell took, in code cells ran
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
+        whole = self.col
         for file in files:
+            self.col = collector.Narrowed(whole, unrun.off_layout(matrix, file))
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
+            unbuilt = unbuilt or _overridden(self.found, file)
             ran_it = not file.cosmetic and not file.log_only and unbuilt is None and self._executed(file)
             if group is not None and not ran_it:
                 self.found.ignored[group].append(file.path)
@@ -84,6 +87,7 @@ class _Scan:
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
                     _unmatched_runs_level0(self.fams, self.col, file)
+        self.col = whole
 
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
@@ -193,6 +197,15 @@ class _Scan:
         if changed and flags:
             _architecture_variant(self.matrix, self.col, fam, flags, path)
         return True
+
+
+def _overridden(found: Findings, file: ChangedFile) -> str | None:
+    """A model file whose change only sets provider values verl replaces (overrides.py): said, not run."""
+    names = overrides.overridden(file.path, file.diff_lines, file.scopes) if not file.cosmetic else ()
+    if not names:
+        return None
+    found.unexecuted[overrides.unseen(file.path, names)] = None
+    return overrides.unseen(file.path, names)
 
 
 def _architecture_variant(matrix: Matrix, col: Collector, fam: str, flags: set[str], path: str) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from verl_e2e.config.aspects import Hit, code_lines
-from verl_e2e.plan import branch_levels
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import branch_levels, layout
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
 from verl_e2e.plan.runtime import Ran, executed
@@ -96,6 +97,23 @@ def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], 
         return None
     picks, unexecuted = branch_levels.picks(cells, file, ran, fams)
     return None if picks or not unexecuted else "; ".join(unexecuted)
+
+
+def off_layout(matrix: Matrix, file: ChangedFile) -> set[int]:
+    """The levels above 0 none of whose PR cells takes a single changed line, where every changed code
+    line sits under layout conditions (a TP > 1 branch: Levels 1, 3 and 5 run at TP=1 and would not
+    take it, whatever their path rules or words say). Empty where any line is unconditional."""
+    if not file.branches or not file.path.startswith("src/") or file.diff_lines is None:
+        return set()
+    removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
+    sides = len(code_lines(removed)) + len(code_lines(file.diff_lines[len(removed) :]))
+    if len({(b.line, b.removed) for b in file.branches}) < sides:
+        return set()
+    pr_cells = [c for c in layout.cell_layouts(matrix, every_kind=True) if not c.scheduled]
+    taken = {  # on a dense model or a MoE one: a level that would take the lines on either keeps them
+        c.level for b in file.branches for moe in (False, True) for c in layout.running(pr_cells, b.tests(), moe)
+    }
+    return {lv for lv in {c.level for c in pr_cells} if lv > 0} - taken
 
 
 def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[list[Hit], str | None]:

@@ -1,0 +1,66 @@
+"""Provider values verl replaces: a change that only sets one of them reaches no cell's model.
+
+verl's Megatron engine builds every model the same way: the bridge's `provider_bridge` fills a
+provider, then verl hands `apply_overrides_and_finalize` its own values for the parallel sizes,
+sequence parallel, the token dispatcher, the router's load balancing, the attention backend and the
+recompute settings (verl 1dda039, `workers/engine/megatron/transformer_impl.py` `provider_overrides`,
+with the engine config's default `override_transformer_config`). A bridge that now sets
+`provider.moe_router_load_balancing_type = "seq_aux_loss"` changes a value that verl overwrites
+before the model is built: every cell would run it and none would see it. Finalisation runs after
+the overrides, so an assignment in `finalize` or `__post_init__` is never one of these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from verl_e2e.plan.layout import CONFIGURING, VERL_SETS
+
+# VERL_SETS plus what verl takes from its own engine config for every provider
+VERL_OVERRIDES = frozenset(
+    {
+        *VERL_SETS,
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "virtual_pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "sequence_parallel",
+        "overlap_p2p_comm",
+        "attention_backend",
+        "recompute_modules",
+        "recompute_num_layers",
+    }
+)
+# what a bridge or a provider class sets before verl's overrides: `provider.x = v` (in a bridge's
+# provider_bridge), a dataclass field `x: T = v`, or a keyword line `x=v,` of a provider's construction.
+# Not `self.x = v` or `config.x = v`: a provider's own methods and finalisation helpers may run after them.
+_SETS = re.compile(r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|(\w+)=(?!=)[^\n]*[,(]\s*$)")
+_MODELS = "src/megatron/bridge/models/"
+
+
+def overridden(path: str, lines: Sequence[str] | None, scopes: Sequence[str]) -> tuple[str, ...]:
+    """The verl-overridden fields a model file's change sets, when setting them is all its code lines do."""
+    if not lines or not path.startswith(_MODELS) or any(s in CONFIGURING for s in scopes):
+        return ()
+    names: dict[str, None] = {}
+    for text in lines:
+        if not text.split("#", 1)[0].strip():
+            continue  # a comment, docstring prose (kept as a comment) or a blank line
+        m = _SETS.match(text)
+        name = next((g for g in m.groups() if g), "") if m else ""
+        if name not in VERL_OVERRIDES:
+            return ()
+        names[name] = None
+    return tuple(names)
+
+
+def unseen(path: str, names: Sequence[str]) -> str:
+    """What the plan says instead of running a cell."""
+    shown = ", ".join(f"`{n}`" for n in names)
+    return (
+        f"changed values no cell's model keeps: {path} sets only {shown}, which verl's Megatron engine "
+        "sets on every provider it builds (its provider overrides), so no level runs for it"
+    )
