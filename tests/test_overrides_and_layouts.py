@@ -1,0 +1,114 @@
+"""What verl does to every provider decides what a change can reach: values it overrides never reach a
+cell's model, and a level whose layouts cannot take any changed line proves nothing about it, whatever
+its path rules or words say. Planned from real diffs of Bridge 067f987's files (text as in the tree)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import overrides
+from verl_e2e.plan.branches import from_source
+from verl_e2e.plan.build import PlanRequest, make_plan
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.select import select
+
+QWEN3_MOE = "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py"
+MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
+LOGIT = "src/megatron/bridge/models/logit_dtype.py"
+
+
+def _hunk(path: str, header: str, lines: list[str], start: int = 60) -> str:
+    old = sum(1 for x in lines if x[:1] in " -")
+    new = sum(1 for x in lines if x[:1] in " +")
+    return (
+        f"diff --git a/{path} b/{path}\nindex 1111111..2222222 100644\n--- a/{path}\n+++ b/{path}\n"
+        f"@@ -{start},{old} +{start},{new} @@ {header}\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _plan(matrix: Matrix, tmp_path: Path, diff: str, path: str) -> dict[str, object]:
+    (tmp_path / "d.diff").write_text(diff, encoding="utf-8")
+    (tmp_path / "f.txt").write_text(f"M\t{path}\n", encoding="utf-8")
+    return make_plan(
+        PlanRequest(changed_files=str(tmp_path / "f.txt"), diff=str(tmp_path / "d.diff")), matrix
+    ).to_json()
+
+
+LOAD_BALANCING = [
+    "         provider.moe_grouped_gemm = True",
+    '-        provider.moe_router_load_balancing_type = "aux_loss"',
+    '+        provider.moe_router_load_balancing_type = "seq_aux_loss"',
+    "         provider.moe_aux_loss_coeff = 1e-3",
+]
+
+
+def test_a_bridge_value_verl_overrides_reaches_no_cell_and_the_plan_says_so(matrix: Matrix, tmp_path: Path) -> None:
+    plan = _plan(
+        matrix, tmp_path, _hunk(QWEN3_MOE, "class Qwen3MoEBridge(MegatronModelBridge):", LOAD_BALANCING), QWEN3_MOE
+    )
+    assert plan["levels"] == []
+    (note,) = plan["context"]["unexecuted"]  # type: ignore[index]
+    assert "moe_router_load_balancing_type" in note and "verl's Megatron engine sets on every provider" in note
+
+
+def test_a_value_verl_keeps_still_runs(matrix: Matrix, tmp_path: Path) -> None:
+    coeff = [line.replace("moe_router_load_balancing_type", "moe_aux_loss_coeff") for line in LOAD_BALANCING[1:3]]
+    plan = _plan(matrix, tmp_path, _hunk(QWEN3_MOE, "class Qwen3MoEBridge(MegatronModelBridge):", coeff), QWEN3_MOE)
+    assert 0 in plan["levels"] and 4 in plan["levels"]  # type: ignore[operator]
+
+
+def test_only_assignments_before_verls_overrides_count() -> None:
+    path = "src/megatron/bridge/models/gpt_provider.py"
+    assert overrides.overridden(path, ["    sequence_parallel: bool = True"], ("GPTModelProvider",)) == (
+        "sequence_parallel",
+    )
+    assert overrides.overridden(path, ["        tensor_model_parallel_size=2,"], ("provider_bridge",))
+    # finalisation runs after the overrides; a provider's own methods and helpers may too
+    assert overrides.overridden(path, ["        self.sequence_parallel = False"], ("finalize",)) == ()
+    assert overrides.overridden(path, ["    config.expert_tensor_parallel_size = 1"], ("_set_default",)) == ()
+    # a local variable, another field alongside, or code outside the model package
+    assert overrides.overridden(path, ["    tensor_model_parallel_size = 2"], ("f",)) == ()
+    assert overrides.overridden(path, ["    sequence_parallel: bool = True", "    fp16: bool = True"], ()) == ()
+    assert (
+        overrides.overridden("src/megatron/bridge/training/config.py", ["    sequence_parallel: bool = True"], ()) == ()
+    )
+
+
+SCATTER_SOURCE = b"""
+class MegatronParamMapping:
+    def scatter_to_tp_ranks(self, splits, output_shape, dtype, device, src_rank=0):
+        if self.tp_size == 1:
+            return splits[0].to(device=device, dtype=dtype) if splits else None
+        output = torch.empty(output_shape, dtype=dtype, device=device)
+        global_src = src_rank
+        return output
+"""
+
+
+def _scatter_change(text: str) -> ChangedFile:
+    line = next(i for i, t in enumerate(SCATTER_SOURCE.decode().splitlines(), 1) if text in t)
+    branches = tuple(from_source(SCATTER_SOURCE, [line], removed=False))
+    return ChangedFile(
+        MAPPING, diff_lines=(f"        {text}",), added_at=(line,), module_level=False, branches=branches
+    )
+
+
+def test_a_level_whose_layout_cannot_take_the_line_gets_nothing_from_paths(matrix: Matrix) -> None:
+    """The HF export rule asks Level 1 for param_mapping.py; Level 1 runs at TP=1, where a line after
+    `if self.tp_size == 1: return` never runs. Level 2 (TP=2) takes it; Level 0 stays, as the base."""
+    sel = select(matrix, [_scatter_change("global_src = src_rank")])
+    assert sel.levels == (0, 2), sel.reasons
+    unguarded = _scatter_change("return splits[0]")  # under the guard itself: Level 0 and 1 take it
+    assert 1 in select(matrix, [unguarded]).levels
+
+
+def test_a_dtype_written_on_a_logits_line_is_a_numerics_default(matrix: Matrix, tmp_path: Path) -> None:
+    fallback = [
+        '     """Return a guarded ``logit_dtype`` constructor keyword."""',
+        '-    return optional_dtype_kwarg(constructor, "logit_dtype", dtype)',
+        '+    return optional_dtype_kwarg(constructor, "logit_dtype", dtype if dtype is not None else torch.float32)',
+    ]
+    plan = _plan(matrix, tmp_path, _hunk(LOGIT, "def logit_dtype_kwarg(", fallback), LOGIT)
+    assert 5 in plan["levels"]  # type: ignore[operator]
+    assert any(r["rule"] == "aspect:numerics-defaults" for r in plan["reasons"]["5"])  # type: ignore[index]
