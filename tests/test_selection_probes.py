@@ -28,7 +28,13 @@ def _bench():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("name", "most_missed", "most_over"),
-    [("probes.json", 0, 0), ("probes-2.json", 0, 1), ("probes-3.json", 1, 4), ("probes-4.json", 0, 4), ("probes-5.json", 1, 3)],
+    [
+        ("probes.json", 0, 0),
+        ("probes-2.json", 0, 1),
+        ("probes-3.json", 1, 4),
+        ("probes-4.json", 0, 4),
+        ("probes-5.json", 1, 2),
+    ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:
     if not TREE.is_file():
