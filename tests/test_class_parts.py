@@ -10,16 +10,13 @@ from verl_e2e.plan import runtime
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.diffs import parse_unified_diff
 
+from .unified_diffs import one_hunk
+
 DATASET = "src/megatron/bridge/data/datasets/utils.py"
 
 
 def _hunk(path: str, header: str, lines: list[str], start: int = 385) -> str:
-    old = sum(1 for x in lines if x[:1] in " -")
-    new = sum(1 for x in lines if x[:1] in " +")
-    return (
-        f"diff --git a/{path} b/{path}\nindex 1111111..2222222 100644\n--- a/{path}\n+++ b/{path}\n"
-        f"@@ -{start},{old} +{start},{new} @@ {header}\n" + "\n".join(lines) + "\n"
-    )
+    return one_hunk(path, header, lines, start)
 
 
 DEEP_IN_A_METHOD = [

@@ -10,6 +10,8 @@ from verl_e2e.config.matrix import Matrix
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.diffs import parse_unified_diff
 
+from .unified_diffs import one_hunk
+
 PROVIDER = "src/megatron/bridge/models/gpt_provider.py"
 
 
@@ -21,12 +23,7 @@ def _plan(matrix: Matrix, tmp_path: Path, diff: str, files: list[str]) -> dict[i
 
 
 def _hunk(path: str, header: str, old_start: int, lines: list[str]) -> str:
-    old = sum(1 for x in lines if x[:1] in " -")
-    new = sum(1 for x in lines if x[:1] in " +")
-    return (
-        f"diff --git a/{path} b/{path}\nindex 1111111..2222222 100644\n--- a/{path}\n+++ b/{path}\n"
-        f"@@ -{old_start},{old} +{old_start},{new} @@ {header}\n" + "\n".join(lines) + "\n"
-    )
+    return one_hunk(path, header, lines, old_start)
 
 
 DOCSTRING = [

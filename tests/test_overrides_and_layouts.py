@@ -13,18 +13,15 @@ from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.select import select
 
+from .unified_diffs import one_hunk
+
 QWEN3_MOE = "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py"
 MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
 LOGIT = "src/megatron/bridge/models/logit_dtype.py"
 
 
 def _hunk(path: str, header: str, lines: list[str], start: int = 60) -> str:
-    old = sum(1 for x in lines if x[:1] in " -")
-    new = sum(1 for x in lines if x[:1] in " +")
-    return (
-        f"diff --git a/{path} b/{path}\nindex 1111111..2222222 100644\n--- a/{path}\n+++ b/{path}\n"
-        f"@@ -{start},{old} +{start},{new} @@ {header}\n" + "\n".join(lines) + "\n"
-    )
+    return one_hunk(path, header, lines, start)
 
 
 def _plan(matrix: Matrix, tmp_path: Path, diff: str, path: str) -> dict[str, object]:
