@@ -26,7 +26,9 @@ def _cells(matrix: Matrix, paths: list[str | ChangedFile], **kw: object) -> list
 
 
 def test_cell_ids_and_order(matrix: Matrix) -> None:
-    ep = ChangedFile(f"{M}/olmoe/olmoe_provider.py", diff_lines=("    expert_model_parallel_size: int = 2",))
+    ep = ChangedFile(
+        f"{M}/olmoe/olmoe_provider.py", diff_lines=("        local = self.num_moe_experts // self.ep_size",)
+    )
     cells = _cells(matrix, [ep, f"{M}/conversion/model_bridge.py"])
     assert [c.id for c in cells] == [
         "L0-lora-ddp-olmoe",
@@ -35,6 +37,9 @@ def test_cell_ids_and_order(matrix: Matrix) -> None:
         "L2-moe-olmoe",
         "L4-expert-parallel-olmoe",
     ]
+    # a provider default verl overrides (it sets the EP size on every provider) reaches no cell's model
+    default = ChangedFile(f"{M}/olmoe/olmoe_provider.py", diff_lines=("    expert_model_parallel_size: int = 2",))
+    assert [c.id for c in _cells(matrix, [default])] == []
 
 
 def test_level1_has_two_phases_in_one_cell(matrix: Matrix) -> None:
