@@ -45,6 +45,10 @@ MAMBA = {"mamba_ssm": "mamba-ssm (Megatron-Core's Mamba layers)"}
 MAMBA_TYPES = frozenset(
     {"mamba", "mamba2", "nemotron_h", "falcon_h1", "jamba", "bamba", "granitemoehybrid", "zamba", "zamba2"}
 )
+# needed only by models with Gated DeltaNet (linear attention) layers: Megatron-Core's gated delta net
+# raises an ImportError at build without flash-linear-attention's kernels (Qwen3-Next, Qwen3.5)
+FLA = {"fla": "flash-linear-attention (Megatron-Core's Gated DeltaNet layers)"}
+FLA_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
 # module -> (what is missing, overrides that avoid it, limitation recorded)
 OPTIONAL = {
     "fused_weight_gradient_mlp_cuda": (
@@ -241,7 +245,7 @@ def check_imports(pythonpath: str, mode: str, timeout: float) -> tuple[dict, str
 
 def lookup(pythonpath: str, engine: str, timeout: float = 120) -> dict:
     """The environment as found: module origins, Megatron-Core version, cuDNN copies."""
-    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *MAMBA, *OPTIONAL, *OPTIONAL_ENV]
+    names = [*REQUIRED, *ROLLOUT, *CHECKPOINTING, *MAMBA, *FLA, *OPTIONAL, *OPTIONAL_ENV]
     env = dict(os.environ, PYTHONPATH=pythonpath)
     try:
         proc = _python(LOOKUP_SNIPPET, [json.dumps(names)], env, timeout)
@@ -272,20 +276,24 @@ def environment(info: dict) -> tuple[dict, list[str], list[str]]:
 
 def model_needs(model_path: str | None) -> dict:
     """Modules the cell's model needs beyond what every cell needs, from a local checkpoint's config.json
-    (and its nested configs): mamba-ssm where it has Mamba layers. Nothing for a hub id or no config."""
+    (and its nested configs): mamba-ssm where it has Mamba layers, flash-linear-attention where it
+    has Gated DeltaNet layers. Nothing for a hub id or no config."""
     try:
         config = json.loads((Path(model_path or "") / "config.json").read_text())
     except (OSError, ValueError):
         return {}
     configs = [config, *(v for v in config.values() if isinstance(v, dict))] if isinstance(config, dict) else []
+    needs: dict = {}
     for c in configs:
         if (
             c.get("model_type") in MAMBA_TYPES
             or "hybrid_override_pattern" in c
             or any(str(k).startswith("mamba_") for k in c)
         ):
-            return dict(MAMBA)
-    return {}
+            needs.update(MAMBA)
+        if c.get("model_type") in FLA_TYPES or "linear_attention" in (c.get("layer_types") or []):
+            needs.update(FLA)
+    return needs
 
 
 def checkpoints(cell: dict) -> bool:

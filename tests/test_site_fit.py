@@ -96,6 +96,7 @@ def test_lookup_reads_the_real_environment_without_importing() -> None:
         *preflight.ROLLOUT,
         *preflight.CHECKPOINTING,
         *preflight.MAMBA,
+        *preflight.FLA,
         *preflight.OPTIONAL,
         *preflight.OPTIONAL_ENV,
     }
@@ -162,3 +163,21 @@ def test_a_model_with_mamba_layers_needs_mamba_ssm_before_ray_starts(tmp_path: P
     *_, blocking = preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.model_needs(str(hybrid)))
     assert blocking is not None and "mamba-ssm" in blocking and "for the cell's model" in blocking
     assert preflight.decide({"found": found, "engine": "vllm"}, needs={})[3] is None
+
+
+def test_a_model_with_gated_deltanet_layers_needs_flash_linear_attention(tmp_path: Path) -> None:
+    """Megatron-Core's gated delta net raises an ImportError at build without `fla`; Qwen3-Next keeps its
+    type at the top, Qwen3.5's VLM under text_config with linear-attention layer types."""
+    nxt = tmp_path / "qwen3_next"
+    nxt.mkdir()
+    (nxt / "config.json").write_text(json.dumps({"model_type": "qwen3_next", "hidden_size": 64}))
+    vlm = tmp_path / "qwen35"
+    vlm.mkdir()
+    text = {"model_type": "x", "layer_types": ["linear_attention", "full_attention"]}
+    (vlm / "config.json").write_text(json.dumps({"model_type": "y", "text_config": text}))
+    assert preflight.model_needs(str(nxt)) == preflight.model_needs(str(vlm)) == preflight.FLA
+    found = dict(ALL_THERE, fla=None)
+    *_, blocking = preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.model_needs(str(nxt)))
+    assert blocking is not None and "flash-linear-attention" in blocking
+    found["fla"] = "/site/fla/__init__.py"
+    assert preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.model_needs(str(nxt)))[3] is None
