@@ -274,7 +274,7 @@ def make_pythonpath(rec: Recorder, bridge: Path, verl: Path, mlm: Path | None) -
 def verify_imports(rec: Recorder, bridge: Path, pythonpath: str, mode: str) -> int | None:
     """The import checks; a wrong path or a failed import stops the cell (returns the exit code)."""
     started = time.time()
-    records, error = preflight.check_imports(pythonpath, mode, timeout=300)
+    records, error = preflight.check_imports(pythonpath, mode, timeout=300, extra_env={CELL_TOKEN: rec.token})
     rec.provenance["bridge_import"] = {k: v["origin"] for k, v in records.items()}
     rec.provenance["import_check"] = dict(records, mode=mode)
     if error:

@@ -201,7 +201,7 @@ def probe():
 result = ray.get(probe.options(runtime_env={"env_vars": {"PYTHONPATH": __PYTHONPATH__}}).remote())
 print("VERL_E2E_IMPORT " + json.dumps(result), flush=True)
 import os
-os._exit(0)  # no graceful shutdown (1-2 s): `ray stop --force` clears the cluster before the first phase
+os._exit(0)  # no graceful shutdown (1-2 s): the driver's sweep of its cell token ends the cluster
 """
 
 
@@ -218,11 +218,17 @@ def _python(code: str, args: list[str], env: dict, timeout: float) -> subprocess
     )
 
 
-def check_imports(pythonpath: str, mode: str, timeout: float) -> tuple[dict, str | None]:
-    """Where megatron.bridge loads from: (records per place, error). `mode`: fast | location | full."""
+def check_imports(
+    pythonpath: str, mode: str, timeout: float, extra_env: dict[str, str] | None = None
+) -> tuple[dict, str | None]:
+    """Where megatron.bridge loads from: (records per place, error). `mode`: fast | location | full.
+
+    `extra_env` reaches every process started, the Ray cluster of the worker check included: the driver
+    passes its cell token there, so its sweep of the cell's own processes ends that cluster too."""
     full = mode == "full"
     body = IMPORT_SNIPPET.replace("__FULL__", repr(full))
     env = dict(os.environ, PYTHONPATH=pythonpath, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env.update(extra_env or {})
     places = [("driver", body)]
     if mode != "fast":
         indented = "\n    ".join(line for line in body.strip().splitlines() if not line.startswith("print("))

@@ -181,3 +181,21 @@ def test_a_model_with_gated_deltanet_layers_needs_flash_linear_attention(tmp_pat
     assert blocking is not None and "flash-linear-attention" in blocking
     found["fla"] = "/site/fla/__init__.py"
     assert preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.model_needs(str(nxt)))[3] is None
+
+
+def test_every_import_check_process_carries_the_cells_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker check starts a Ray cluster of its own and leaves it with os._exit; the cell's sweep finds
+    what it started by the token in each process's environment, so the token must reach that cluster."""
+    seen: list[dict] = []
+
+    def fake_python(code: str, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        """Stands in for the child interpreter: records its environment, answers a resolved import."""
+        seen.append(env)
+        line = 'VERL_E2E_IMPORT {"origin": "/b/src/megatron/bridge/__init__.py"}'
+        return subprocess.CompletedProcess([], 0, stdout=line + "\n", stderr="")
+
+    monkeypatch.setattr(preflight, "_python", fake_python)
+    records, error = preflight.check_imports("/b/src", "location", 5, extra_env={"VERL_E2E_CELL_TOKEN": "abc"})
+    assert error is None and set(records) == {"driver", "ray_worker"}
+    assert [e.get("VERL_E2E_CELL_TOKEN") for e in seen] == ["abc", "abc"]
+    assert all(e["PYTHONPATH"] == "/b/src" for e in seen)
