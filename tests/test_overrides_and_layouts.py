@@ -66,7 +66,9 @@ def test_only_assignments_before_verls_overrides_count() -> None:
     assert overrides.overridden(path, ["    config.expert_tensor_parallel_size = 1"], ("_set_default",)) == ()
     # a local variable, another field alongside, or code outside the model package
     assert overrides.overridden(path, ["    tensor_model_parallel_size = 2"], ("f",)) == ()
-    assert overrides.overridden(path, ["    sequence_parallel: bool = True", "    fp16: bool = True"], ()) == ()
+    assert (
+        overrides.overridden(path, ["    sequence_parallel: bool = True", "    hidden_dropout: float = 0.1"], ()) == ()
+    )
     assert (
         overrides.overridden("src/megatron/bridge/training/config.py", ["    sequence_parallel: bool = True"], ()) == ()
     )
@@ -109,3 +111,56 @@ def test_a_dtype_written_on_a_logits_line_is_a_numerics_default(matrix: Matrix, 
     plan = _plan(matrix, tmp_path, _hunk(LOGIT, "def logit_dtype_kwarg(", fallback), LOGIT)
     assert 5 in plan["levels"]  # type: ignore[operator]
     assert any(r["rule"] == "aspect:numerics-defaults" for r in plan["reasons"]["5"])  # type: ignore[index]
+
+
+def test_the_hf_dtype_translation_sets_values_verl_replaces() -> None:
+    """verl hands apply_overrides_and_finalize its own param dtype, which rewrites params_dtype, fp16 and
+    bf16: the HF config's translation into provider keywords sets nothing a cell's model keeps."""
+    path = "src/megatron/bridge/models/conversion/model_bridge.py"
+    scope = ("MegatronModelBridge._hf_config_to_megatron_kwargs",)
+    fp16 = ['        provider_kwargs["fp16"] = params_dtype == torch.bfloat16']
+    assert overrides.overridden(path, fp16, scope) == ("fp16",)
+    window = ['        provider_kwargs["window_size"] = (hf_config.sliding_window, 0)']
+    assert overrides.overridden(path, window, scope) == ()
+
+
+VALUE_HEAD = [
+    '         output_layer_path="output_layer",',
+    "         bias=False,",
+    "-        output_in_fp32=True,",
+    "+        output_in_fp32=False,",
+    "     )",
+]
+EPS_ROW = [
+    '         ("max_position_embeddings", "seq_length"),',
+    '-        ("rms_norm_eps", "layernorm_epsilon"),',
+    '+        ("layer_norm_eps", "layernorm_epsilon"),',
+    '         ("initializer_range", "init_method_std"),',
+]
+
+
+def test_an_output_kept_out_of_fp32_or_a_norm_epsilon_mapping_is_a_numerics_default(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    """Both change what every step computes without an error: the critic's values in bf16, a norm epsilon
+    that falls back to the provider's default because the HF key is misspelled. Level 5 shows it."""
+    heads = "src/megatron/bridge/models/common/heads.py"
+    plan = _plan(matrix, tmp_path, _hunk(heads, "def create_value_head_hook(hidden_size: int,", VALUE_HEAD), heads)
+    assert {0, 5} <= set(plan["levels"])  # type: ignore[arg-type]
+    bridge = "src/megatron/bridge/models/conversion/model_bridge.py"
+    plan = _plan(matrix, tmp_path, _hunk(bridge, "class MegatronModelBridge(", EPS_ROW, 463), bridge)
+    assert 5 in plan["levels"]  # type: ignore[operator]
+    renamed = [
+        row.replace('"layer_norm_eps"', '"rms_norm_eps"').replace("layernorm_epsilon", "seq_length") for row in EPS_ROW
+    ]
+    plan = _plan(matrix, tmp_path, _hunk(bridge, "class MegatronModelBridge(", renamed, 463), bridge)
+    assert 5 not in plan["levels"]  # type: ignore[operator]
+
+
+def test_dropping_the_megatron_fsdp_wrapper_from_an_unwrap_list_runs_level3(matrix: Matrix, tmp_path: Path) -> None:
+    """Only a Megatron-FSDP cell wraps a chunk in MegatronFSDP; unwrapping that stops there builds the
+    conversion tasks against the wrong module tree. The class name is the FSDP word on the line."""
+    utils = "src/megatron/bridge/models/conversion/utils.py"
+    lines = ["             Float16Module,", "-            MegatronFSDP,", "         )"]
+    plan = _plan(matrix, tmp_path, _hunk(utils, "def unwrap_model(model, module_instances=None):", lines, 56), utils)
+    assert 3 in plan["levels"]  # type: ignore[operator]

@@ -34,6 +34,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-3.json", 1, 4),
         ("probes-4.json", 0, 4),
         ("probes-5.json", 1, 2),
+        ("probes-6.json", 0, 1),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:

@@ -80,6 +80,8 @@ def probe_repo(tree: Path, work: Path) -> tuple[Path, str]:
         tree = next(p for p in work.iterdir() if (p / "src" / "megatron" / "bridge").is_dir())
     shutil.copytree(tree / "src", repo / "src")
     (repo / "3rdparty" / "Megatron-LM").mkdir(parents=True)
+    pin = tree / ".main.commit"  # Bridge's record of the submodule commit, moved with the gitlink
+    (repo / ".main.commit").write_text(pin.read_text() if pin.is_file() else MLM_PIN + "\n")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{MLM_PIN},3rdparty/Megatron-LM")

@@ -7,11 +7,20 @@ lines say where indentation allows: the next context line when it is indented at
 inserted code (same block), else the previous one when it is as deep and opens no block. Where neither
 is safe (an insertion at a block's end after its header, a diff without context lines), the change has
 no anchor and the plan falls back to whole functions for that file, never to "not executed".
+
+Where the base file's source is at hand (checkout mode), each such line also brings the other lines of
+the statement it sits in (`whole_statements`): Python reports one line for a statement spanning
+several, and none for the rows of a constant table folded into one value (a mapping list of string
+tuples runs as a single constant at its first line), so a changed row is matched by its statement.
 """
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from verl_e2e.plan.pyparse import tree
 
 
 def _indent(text: str) -> int:
@@ -67,3 +76,29 @@ class Anchors:
             self.lines.append(self._prev[0])
         else:
             self.unanchored = True
+
+
+def whole_statements(source: bytes | None, lines: Sequence[int] | None) -> tuple[int, ...] | None:
+    """`lines` plus every other line of the innermost statement each one sits in (of a compound
+    statement, only its header: `if cond(` ... `):`, never its body); unchanged where the source does
+    not parse or there are no lines."""
+    module = tree(source) if source is not None and lines else None
+    if module is None or not lines:
+        return None if lines is None else tuple(lines)
+    wanted, spans = set(lines), []
+    for node in ast.walk(module):
+        if not isinstance(node, ast.stmt) or node.end_lineno is None:
+            continue
+        body = getattr(node, "body", None)
+        head = body[0] if isinstance(body, list) and body and isinstance(body[0], ast.stmt) else None
+        last = head.lineno - 1 if head is not None else node.end_lineno
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        if any(first <= n <= last for n in wanted):
+            spans.append((first, last))
+    out = set(wanted)
+    for n in lines:  # the innermost (shortest) statement holding the line, not the def around it
+        holding = [s for s in spans if s[0] <= n <= s[1]]
+        if holding:
+            first, last = min(holding, key=lambda s: s[1] - s[0])
+            out.update(range(first, last + 1))
+    return tuple(sorted(out))

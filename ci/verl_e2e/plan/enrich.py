@@ -15,6 +15,7 @@ from typing import Any
 
 from verl_e2e.config.aspects import code_lines
 from verl_e2e.plan import bodies, fields, users
+from verl_e2e.plan.anchors import whole_statements
 from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.diffs import FileDiff
@@ -103,6 +104,7 @@ def with_ast_scopes(
                 functions=inner,
                 module_level=outside or f.status in "AD",
                 defaults=f.defaults if exact is None else exact,
+                base_lines=whole_statements(before, f.base_lines),
                 branches=(*from_source(before, d.removed_at, True), *from_source(after, d.added_at, False)),
                 definitions=_sorted(_both(bodies.owners(before, d.removed_at), bodies.owners(after, d.added_at))),
                 symbols=users.symbols(after, d.added_at) + users.symbols(before, d.removed_at)

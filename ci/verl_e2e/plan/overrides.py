@@ -32,12 +32,21 @@ VERL_OVERRIDES = frozenset(
         "attention_backend",
         "recompute_modules",
         "recompute_num_layers",
+        # apply_overrides_and_finalize(dtype=verl's param_dtype) sets these three on every provider
+        "params_dtype",
+        "fp16",
+        "bf16",
     }
 )
 # what a bridge or a provider class sets before verl's overrides: `provider.x = v` (in a bridge's
 # provider_bridge), a dataclass field `x: T = v`, or a keyword line `x=v,` of a provider's construction.
-# Not `self.x = v` or `config.x = v`: a provider's own methods and finalisation helpers may run after them.
-_SETS = re.compile(r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|(\w+)=(?!=)[^\n]*[,(]\s*$)")
+# `provider_kwargs["x"] = v` is the same value on its way to the provider's construction (the HF config's
+# translation). Not `self.x = v` or `config.x = v`: a provider's own methods and finalisation helpers may
+# run after them.
+_SETS = re.compile(
+    r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|(\w+)=(?!=)[^\n]*[,(]\s*$"
+    r"|provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=))"
+)
 _MODELS = "src/megatron/bridge/models/"
 
 
