@@ -473,3 +473,15 @@ def test_37_an_export_that_swaps_two_weights_fails_as_rollout_weights(tmp_path: 
     assert (v.result, v.failure_class) == ("Fail", "rollout_weights"), v.headline
     assert "KL 7.55" in v.headline and "`GatedMLPMapping.megatron_to_hf`" in v.headline
     assert any("weights sent to the rollout differ from the trained ones" in f for f in v.follow_ups)
+
+
+def test_38_gemma2s_sliding_window_meets_verls_two_dimensional_mask(tmp_path: Path) -> None:
+    """verl's forward without packed sequences hands a [batch, seq] padding mask to Bridge's Gemma 2
+    attention, which ORs it with a [sq, sk] window mask: a Fail in the actor's first forward that no
+    Bridge PR caused, so matrix.yaml records it and gemma2's plans say it cannot run today."""
+    v = _judge(OURS / "38-fail-level0-tiny-gemma2-sliding-window-mask-2d", tmp_path)
+    assert (v.result, v.failure_class, v.family) == ("Fail", "runtime", "gemma2"), v.headline
+    assert "gemma2_provider.py:267" in v.headline and "must match the size" in v.headline
+    from verl_e2e.config.matrix import load_matrix
+
+    assert "gemma2_provider.py:267" in (load_matrix().families["gemma2"].cannot_run or "")

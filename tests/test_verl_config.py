@@ -108,3 +108,12 @@ def test_a_critic_free_cell_builds_no_critic_and_trains_with_an_entropy_bonus(ma
 def test_a_key_verl_does_not_have_fails(config_dir: Path) -> None:
     with pytest.raises(ConfigCompositionException):
         _compose(config_dir, ["actor_rollout_ref.model.mtp.enable_trainn=True"])
+
+
+def test_a_merged_lora_cell_turns_vllm_lora_off(matrix: Matrix, config_dir: Path) -> None:
+    """olmoe's experts cannot sync unmerged next to LoRA (matrix.yaml `merged_lora`): verl must read the
+    cell's override as its `lora.merge` switch (the one vllm_async_server reads to start vLLM without LoRA)."""
+    (cell,) = expand(matrix, select(matrix, [], requested=[0], family_override=["olmoe"]))
+    (phase,) = cell.phases
+    cfg = _compose(config_dir, list(phase.args))
+    assert cfg.actor_rollout_ref.model.lora.merge is True  # type: ignore[attr-defined]

@@ -153,6 +153,10 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # MiniMax-M2 rotates half of each head (rotary_dim 64 of head_dim 128 in the release; 32 of 64 here)
     # and routes with sigmoid scores, which vLLM's MoE layer reads as `scoring_func`
     "MiniMaxM2ForCausalLM": {"rotary_dim": 32, "scoring_func": "sigmoid"},
+    # EXAONE 4.0-1.2B ties its embeddings, and Bridge's EXAONE 4 bridge maps no lm_head: transformers'
+    # default (untied) gives Megatron an output layer nothing loads ("No mapping found for megatron_param:
+    # output_layer.weight", then AttributeError in load_weights_hf_to_megatron; H200, 2026-12-03)
+    "Exaone4ForCausalLM": {"tie_word_embeddings": True},
     # Hy3 (Hunyuan V3): Bridge builds moe_layer_freq from the dense lead layer count
     "HYV3ForCausalLM": {"first_k_dense_replace": 1},
     # GLM-4.5V: Bridge's provider takes kv_channels from the text config's head_dim (128 in the release)
@@ -661,6 +665,20 @@ def _mtp_count(config: Any) -> int:
     return 0
 
 
+def _saved_state(model: Any) -> dict[str, Any]:
+    """The tensors `model.save_pretrained` writes, under the names it writes them."""
+    import tempfile  # noqa: PLC0415
+
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        state: dict[str, Any] = {}
+        for shard in sorted(Path(tmp).glob("*.safetensors")):
+            state.update(load_file(shard))
+    return state
+
+
 def mtp_tensors(cls: Any, config: Any, architecture: str) -> dict[str, Any]:
     """MTP weights under the checkpoint's own names: each MTP layer is a decoder layer built by the model
     class itself (one more layer in the stack, of the stack's last kind), plus the fusion projection and
@@ -682,7 +700,12 @@ def mtp_tensors(cls: Any, config: Any, architecture: str) -> dict[str, Any]:
         seq = getattr(text, k)
         setattr(text, k, seq + seq[-1:] * count)
     torch.manual_seed(1)
-    state = cls(big).to(torch.bfloat16).state_dict()
+    # through save_pretrained, not state_dict(): transformers 5 keeps MoE experts fused in memory
+    # (`mlp.experts.gate_up_proj`) and writes the checkpoint's own per-expert names on save, so MTP
+    # layers taken from a state_dict came out fused beside per-expert decoder layers, and Bridge's
+    # GLM-4.5 bridge, deciding fused from any match, asked for `model.layers.1.mlp.experts.gate_up_proj`
+    # (H200, 2026-12-03)
+    state = _saved_state(cls(big).to(torch.bfloat16))
     layer_re = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<i>\d+)\.(?P<rest>.+)$")
     norm_key = next(k for k in state if re.search(r"(^|\.)norm\.weight$", k) and "layers." not in k)
     hidden = state[norm_key].shape[0]

@@ -87,6 +87,7 @@ class Family:
     cannot_run: str | None = None
     blocked_kinds: tuple[str, ...] = ()
     no_critic: str | None = None  # why verl cannot build its critic: its cells run GRPO (no critic) instead
+    merged_lora: str | None = None  # why the rollout cannot take its adapters unmerged: LoRA cells merge them
 
     def blocked(self, kind: str) -> str | None:
         """Why a variant of this kind cannot run on this family in verl today, or None."""
@@ -267,7 +268,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         value = node.get(flag, False)
         flags[flag] = value if isinstance(value, bool) else PathSet.parse(value, f"$.families.{name}.{flag}")
     moe, mtp = node.get("moe_model"), node.get("mtp_model")
-    blocked, critic = node.get("cannot_run", {}), node.get("no_critic")
+    blocked, critic, merged = node.get("cannot_run", {}), node.get("no_critic"), node.get("merged_lora")
     return Family(
         name=name,
         model=ModelRef(node["model"], node.get("dummy")),
@@ -281,6 +282,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         cannot_run=f"{blocked['why']} (seen: {blocked['seen']})" if blocked else None,
         blocked_kinds=tuple(blocked.get("kinds", ())),
         no_critic=f"{critic['why']} (seen: {critic['seen']})" if critic else None,
+        merged_lora=f"{merged['why']} (seen: {merged['seen']})" if merged else None,
     )
 
 

@@ -129,6 +129,11 @@ def _limitations(
     if family.no_critic is not None:
         bonus = " (with an entropy bonus, so the adapters move while every reward is the same)" if level != 5 else ""
         out.append(f"critic-free (GRPO{bonus}): the critic is not built, because {family.no_critic}")
+    if family.merged_lora is not None and (variant.env.get("LORA_RANK", "4") != "0" or "lora" in kinds):
+        out.append(
+            "adapters merged into the weights the rollout receives (Bridge's merged export; vLLM runs without "
+            f"LoRA), because {family.merged_lora}"
+        )
     if level != 5:
         out.append("no convergence claim (smoke test)")
     return list(dict.fromkeys(out))
@@ -164,6 +169,8 @@ def _cell(
         if family.no_critic is not None and env.get("ADV_ESTIMATOR", "gae") == "gae":
             env["ADV_ESTIMATOR"] = "grpo"  # GAE needs the critic this family cannot build: no critic at all
             extra = [CRITIC_FREE_ENTROPY]
+        if family.merged_lora is not None and env.get("LORA_RANK", "0") != "0":
+            extra.append(MERGED_LORA)  # vLLM without LoRA takes the experts by their plain names
         env = {k: _cache_paths(v, paths) for k, v in sorted(env.items())}
         args = [_cache_paths(a, paths) for a in common_args + list(phase.args)] + extra
         phases.append(CellPhase(phase.name, env, args, dict(phase.expect)))
@@ -241,6 +248,10 @@ def expand(matrix: Matrix, selection: Selection, model: str | None = None) -> li
 # answer, so the policy gradient is exactly zero and the update check fails (gemma and gemma3 on the H200,
 # 2026-12-03: "gradient norm 0"). An entropy term keeps a gradient through the adapters whatever the rewards.
 CRITIC_FREE_ENTROPY = "actor_rollout_ref.actor.entropy_coeff=0.001"
+# vLLM 0.24 names a LoRA-enabled model's expert weights under `base_layer` whenever any of its layers has
+# adapters, and verl sends them plain: a MoE model whose experts vLLM does not wrap gets KeyError
+# 'layers.0.mlp.experts.0.gate_proj.weight' at the first weight sync. Merged, vLLM runs without LoRA.
+MERGED_LORA = "actor_rollout_ref.model.lora.merge=True"
 
 KIND_WORDS = {"moe": "MoE", "vlm": "VLM", "mtp": "MTP", "quant": "quantised", "custom": "custom-layer"}
 

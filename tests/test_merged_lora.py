@@ -1,0 +1,55 @@
+"""A MoE family whose experts vLLM cannot take unmerged next to LoRA (matrix.yaml `merged_lora`, from real
+runs: OLMoE, DeepSeek-V2 and V3, ERNIE-4.5-MoE, GLM-4.7-Flash and gpt-oss stopped at the first weight sync with KeyError
+'layers.0.mlp.experts.0.gate_proj.weight') still runs: its LoRA cells sync merged adapters and say so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from verl_e2e.config.matrix import default_matrix_path, load_matrix
+from verl_e2e.plan.build import PlanRequest, make_plan
+from verl_e2e.plan.cells import MERGED_LORA
+
+WHY = "vLLM expects this model's experts under base_layer"
+SEEN = "Level 0 on a tiny random model, 2026-12-03"
+
+
+def _matrix(tmp_path: Path, family: str, record: dict[str, object] | None) -> Path:
+    doc = yaml.safe_load(default_matrix_path().read_text(encoding="utf-8"))
+    doc["families"][family].pop("merged_lora", None)
+    if record is not None:
+        doc["families"][family]["merged_lora"] = record
+    out = tmp_path / "matrix.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def test_a_lora_cell_of_a_recorded_family_merges_its_adapters_and_says_why(tmp_path: Path) -> None:
+    matrix = load_matrix(_matrix(tmp_path, "qwen3_moe", {"why": WHY, "seen": SEEN}))
+    plan = make_plan(PlanRequest(levels=[0, 1], families=("qwen3_moe", "qwen")), matrix)
+    by_id = {c.id: c for c in plan.cells}
+    for cid in ("L0-lora-ddp-qwen3_moe", "L1-save-resume-qwen3_moe"):
+        assert all(MERGED_LORA in p.args for p in by_id[cid].phases), cid
+        assert any(x.startswith("adapters merged") and WHY in x for x in by_id[cid].limitations)
+    assert not any(MERGED_LORA in p.args for p in by_id["L0-lora-ddp-qwen"].phases)
+
+
+def test_a_full_parameter_cell_has_no_adapters_to_merge(tmp_path: Path) -> None:
+    """Level 4's custom-layers cell trains every weight (LORA_RANK 0): vLLM runs without LoRA anyway."""
+    matrix = load_matrix(_matrix(tmp_path, "qwen", {"why": WHY, "seen": SEEN}))
+    plan = make_plan(PlanRequest(levels=[4], families=("qwen",)), matrix)
+    assert any(MERGED_LORA in p.args for c in plan.cells if c.level == 0 for p in c.phases)
+    full = [c for c in plan.cells if all(p.env.get("LORA_RANK") == "0" for p in c.phases)]
+    assert full, [c.id for c in plan.cells]
+    for cell in full:
+        assert not any(MERGED_LORA in p.args for p in cell.phases)
+        assert not any(x.startswith("adapters merged") for x in cell.limitations)
+
+
+def test_the_shipped_records_are_the_six_families_seen() -> None:
+    matrix = load_matrix()
+    recorded = sorted(n for n, f in matrix.families.items() if f.merged_lora)
+    assert recorded == ["deepseek", "deepseek_v3", "ernie", "glm", "gpt_oss", "olmoe"]
+    assert "KeyError" in (matrix.families["olmoe"].merged_lora or "")
