@@ -164,3 +164,58 @@ def test_dropping_the_megatron_fsdp_wrapper_from_an_unwrap_list_runs_level3(matr
     lines = ["             Float16Module,", "-            MegatronFSDP,", "         )"]
     plan = _plan(matrix, tmp_path, _hunk(utils, "def unwrap_model(model, module_instances=None):", lines, 56), utils)
     assert 3 in plan["levels"]  # type: ignore[operator]
+
+
+def test_loras_disabled_sequence_parallel_comm_is_sequence_parallel_off() -> None:
+    """`disable_sequence_parallel_comm = not config.sequence_parallel`: a branch under its negation runs
+    only where SP is on (TP > 1, Level 2), never in a TP=1 cell."""
+    from verl_e2e.plan import layout
+
+    node = layout.parse("not self.disable_sequence_parallel_comm and self.input_is_parallel")
+    assert node is not None
+    assert not layout.can_hold(node, True, layout.Layout(tp=1))
+    assert layout.can_hold(node, True, layout.Layout(tp=2))
+    assert layout.dimension("sequence_parallel_input_regather") is None  # a LoRA option, not the layout
+
+
+def test_lora_defaults_verl_passes_reach_no_adapter_and_the_scale_it_computes_is_numerics(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    """verl's create_peft call passes rank, alpha, dropout, modules and dropout position: a dataclass
+    default of one of them is said, not run; the alpha the adapter is built with is its scale (Level 5)."""
+    lora = "src/megatron/bridge/peft/lora.py"
+    default = [
+        '-    dropout_position: Literal["pre", "post"] = "pre"',
+        '+    dropout_position: Literal["pre", "post"] = "post"',
+    ]
+    plan = _plan(matrix, tmp_path, _hunk(lora, "class LoRA(PEFT, ModuleMatcher):", default, 146), lora)
+    assert plan["levels"] == []
+    assert any("verl passes to every LoRA" in n for n in plan["context"]["unexecuted"])  # type: ignore[union-attr]
+    scale = [
+        "                 model_parallel_config=module.config,",
+        "-                alpha=self.alpha,",
+        "+                alpha=self.dim,",
+    ]
+    plan = _plan(
+        matrix, tmp_path, _hunk(lora, "    def transform(self, module, name=None, prefix=None):", scale, 234), lora
+    )
+    assert 5 in plan["levels"]  # type: ignore[operator]
+
+
+def test_the_dtype_flags_verl_sets_are_numerics_where_they_are_set_and_overridden_where_providers_set_them(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    provider = "src/megatron/bridge/models/model_provider.py"
+    swap = [
+        "             self.params_dtype = dtype",
+        "-            self.fp16 = dtype == torch.float16",
+        "+            self.fp16 = dtype == torch.bfloat16",
+    ]
+    plan = _plan(
+        matrix, tmp_path, _hunk(provider, "class ModelProviderMixin(abc.ABC, Generic[ModelT]):", swap, 156), provider
+    )
+    assert 5 in plan["levels"]  # type: ignore[operator]
+    qwen2 = "src/megatron/bridge/models/qwen/qwen2_bridge.py"
+    autocast = ["-        provider.autocast_dtype = torch.bfloat16", "+        provider.autocast_dtype = torch.float16"]
+    plan = _plan(matrix, tmp_path, _hunk(qwen2, "class Qwen2Bridge(MegatronModelBridge):", autocast, 55), qwen2)
+    assert plan["levels"] == []

@@ -35,6 +35,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-4.json", 0, 4),
         ("probes-5.json", 1, 2),
         ("probes-6.json", 0, 1),
+        ("probes-7.json", 0, 2),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:

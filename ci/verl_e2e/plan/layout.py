@@ -125,6 +125,8 @@ def dimension(name: str) -> tuple[str, str] | None:
         return "pp", "stage"
     if name == "sequence_parallel":
         return "sp", "flag"
+    if name.removeprefix("disable_").removesuffix("_comm") == "sequence_parallel" and name.startswith("disable_"):
+        return "sp", "off"  # LoRA's `disable_sequence_parallel_comm = not config.sequence_parallel`
     if name in _FSDP or ("fsdp" in name.lower() and not name.lower().endswith(("_size", "_group"))):
         return "fsdp", "flag"
     if name == "num_moe_experts" or name.startswith("moe_") or "expert" in name.lower():
@@ -136,7 +138,7 @@ def _lookup(dim: str, what: str, layout: Layout) -> Values:
     if dim == "verl":
         return frozenset({VERL_SETS[what]})
     if dim == "sp":
-        return frozenset({layout.tp > 1})
+        return frozenset({layout.tp > 1 if what == "flag" else layout.tp <= 1})
     if dim == "fsdp":
         return frozenset({layout.fsdp})
     if dim == "moe":

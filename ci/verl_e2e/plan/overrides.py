@@ -32,11 +32,20 @@ VERL_OVERRIDES = frozenset(
         "attention_backend",
         "recompute_modules",
         "recompute_num_layers",
-        # apply_overrides_and_finalize(dtype=verl's param_dtype) sets these three on every provider
+        # apply_overrides_and_finalize(dtype=verl's param_dtype) sets these three on every provider, and
+        # get_model, handed fp16/bf16 by verl, sets the pipeline and autocast dtypes from them
         "params_dtype",
         "fp16",
         "bf16",
+        "pipeline_dtype",
+        "autocast_dtype",
     }
+)
+# the LoRA fields verl's create_peft call always passes (hf_model.yaml `lora`: rank as dim, alpha, dropout,
+# target and excluded modules, dropout position; the dtype as lora_dtype): a dataclass default of one of
+# them never reaches an adapter
+PEFT_OVERRIDES = frozenset(
+    {"dim", "alpha", "dropout", "target_modules", "exclude_modules", "dropout_position", "lora_dtype"}
 )
 # what a bridge or a provider class sets before verl's overrides: `provider.x = v` (in a bridge's
 # provider_bridge), a dataclass field `x: T = v`, or a keyword line `x=v,` of a provider's construction.
@@ -48,27 +57,41 @@ _SETS = re.compile(
     r"|provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=))"
 )
 _MODELS = "src/megatron/bridge/models/"
+_PEFT = "src/megatron/bridge/peft/"
+_FIELD = re.compile(r"^\s*(\w+)\s*:[^=\n]*=(?!=)")  # a dataclass field's default: `dropout_position: str = "pre"`
 
 
 def overridden(path: str, lines: Sequence[str] | None, scopes: Sequence[str]) -> tuple[str, ...]:
-    """The verl-overridden fields a model file's change sets, when setting them is all its code lines do."""
-    if not lines or not path.startswith(_MODELS) or any(s in CONFIGURING for s in scopes):
+    """The verl-overridden fields a model file's change sets (or a PEFT file's dataclass defaults verl
+    passes anyway), when setting them is all its code lines do."""
+    if not lines or any(s in CONFIGURING for s in scopes):
         return ()
-    names: dict[str, None] = {}
+    if path.startswith(_PEFT):
+        return _only(lines, _FIELD, PEFT_OVERRIDES)
+    return _only(lines, _SETS, VERL_OVERRIDES) if path.startswith(_MODELS) else ()
+
+
+def _only(lines: Sequence[str], form: re.Pattern[str], names: frozenset[str]) -> tuple[str, ...]:
+    found: dict[str, None] = {}
     for text in lines:
         if not text.split("#", 1)[0].strip():
             continue  # a comment, docstring prose (kept as a comment) or a blank line
-        m = _SETS.match(text)
+        m = form.match(text)
         name = next((g for g in m.groups() if g), "") if m else ""
-        if name not in VERL_OVERRIDES:
+        if name not in names:
             return ()
-        names[name] = None
-    return tuple(names)
+        found[name] = None
+    return tuple(found)
 
 
 def unseen(path: str, names: Sequence[str]) -> str:
     """What the plan says instead of running a cell."""
     shown = ", ".join(f"`{n}`" for n in names)
+    if path.startswith(_PEFT):
+        return (
+            f"changed values no cell's model keeps: {path} changes only the defaults of {shown}, which verl "
+            "passes to every LoRA it creates (its `lora` config), so no level runs for it"
+        )
     return (
         f"changed values no cell's model keeps: {path} sets only {shown}, which verl's Megatron engine "
         "sets on every provider it builds (its provider overrides), so no level runs for it"
