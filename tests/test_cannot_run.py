@@ -7,24 +7,21 @@ import io
 from pathlib import Path
 
 import pytest
-import yaml
 
 from verl_e2e.cli.main import main
-from verl_e2e.config.matrix import default_matrix_path, load_matrix
+from verl_e2e.config.matrix import load_matrix
 from verl_e2e.errors import ConfigError
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.contract import render_text
+
+from .matrix_records import with_record
 
 WHY = "vLLM 0.24 has no model class for this architecture"
 SEEN = "Level 0 on a tiny random model, 2026-12-03"
 
 
 def _matrix(tmp_path: Path, family: str, record: dict[str, object]) -> Path:
-    doc = yaml.safe_load(default_matrix_path().read_text(encoding="utf-8"))
-    doc["families"][family]["cannot_run"] = record
-    out = tmp_path / "matrix.yaml"
-    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    return out
+    return with_record(tmp_path, family, "cannot_run", record)
 
 
 def test_a_family_that_cannot_run_gets_no_cell_and_the_plan_says_why(tmp_path: Path) -> None:

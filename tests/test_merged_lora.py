@@ -6,24 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
-from verl_e2e.config.matrix import default_matrix_path, load_matrix
+from verl_e2e.config.matrix import load_matrix
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.cells import MERGED_LORA
+
+from .matrix_records import with_record
 
 WHY = "vLLM expects this model's experts under base_layer"
 SEEN = "Level 0 on a tiny random model, 2026-12-03"
 
 
 def _matrix(tmp_path: Path, family: str, record: dict[str, object] | None) -> Path:
-    doc = yaml.safe_load(default_matrix_path().read_text(encoding="utf-8"))
-    doc["families"][family].pop("merged_lora", None)
-    if record is not None:
-        doc["families"][family]["merged_lora"] = record
-    out = tmp_path / "matrix.yaml"
-    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    return out
+    return with_record(tmp_path, family, "merged_lora", record)
 
 
 def test_a_lora_cell_of_a_recorded_family_merges_its_adapters_and_says_why(tmp_path: Path) -> None:

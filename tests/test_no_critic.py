@@ -6,25 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from verl_e2e.config.matrix import default_matrix_path, load_matrix
+from verl_e2e.config.matrix import load_matrix
 from verl_e2e.errors import ConfigError
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.cells import CRITIC_FREE_ENTROPY
+
+from .matrix_records import with_record
 
 WHY = "the value head has no mapping in this bridge"
 SEEN = "Level 0 on a tiny random model, 2026-12-03"
 
 
 def _matrix(tmp_path: Path, family: str, record: dict[str, object] | None) -> Path:
-    doc = yaml.safe_load(default_matrix_path().read_text(encoding="utf-8"))
-    doc["families"][family].pop("no_critic", None)
-    if record is not None:
-        doc["families"][family]["no_critic"] = record
-    out = tmp_path / "matrix.yaml"
-    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    return out
+    return with_record(tmp_path, family, "no_critic", record)
 
 
 def _estimators(cell_phases: list[object]) -> set[str]:
