@@ -191,6 +191,7 @@ def test_lora_defaults_verl_passes_reach_no_adapter_and_the_scale_it_computes_is
     plan = _plan(matrix, tmp_path, _hunk(lora, "class LoRA(PEFT, ModuleMatcher):", default, 146), lora)
     assert plan["levels"] == []
     assert any("verl passes to every LoRA" in n for n in plan["context"]["unexecuted"])  # type: ignore[union-attr]
+    assert overrides.overridden(lora, ["        dropout: float = 0.1,"], ("ParallelLinearAdapter.__init__",)) == ()
     scale = [
         "                 model_parallel_config=module.config,",
         "-                alpha=self.alpha,",

@@ -58,7 +58,9 @@ _SETS = re.compile(
 )
 _MODELS = "src/megatron/bridge/models/"
 _PEFT = "src/megatron/bridge/peft/"
-_FIELD = re.compile(r"^\s*(\w+)\s*:[^=\n]*=(?!=)")  # a dataclass field's default: `dropout_position: str = "pre"`
+# a dataclass field's default (`dropout_position: str = "pre"`), not a parameter's (`dropout: float = 0.0,`:
+# a function's callers may leave it out)
+_FIELD = re.compile(r"^\s*(\w+)\s*:[^=\n]*=(?!=)(?!.*,\s*$)")
 
 
 def overridden(path: str, lines: Sequence[str] | None, scopes: Sequence[str]) -> tuple[str, ...]:
