@@ -47,3 +47,17 @@ def test_the_shipped_records_are_the_six_families_seen() -> None:
     recorded = sorted(n for n, f in matrix.families.items() if f.merged_lora)
     assert recorded == ["deepseek", "deepseek_v3", "ernie", "glm", "gpt_oss", "olmoe"]
     assert "KeyError" in (matrix.families["olmoe"].merged_lora or "")
+
+
+def test_families_tags_how_a_familys_cells_run(tmp_path: Path) -> None:
+    """`verl-e2e families` is where a maintainer looks up a family: merged adapters and critic-free cells
+    show on its line, from the same records the cells are built from."""
+    import io
+
+    from verl_e2e.cli.main import main
+
+    out = io.StringIO()
+    assert main(["families", "--matrix", str(_matrix(tmp_path, "qwen", {"why": WHY, "seen": SEEN}))], stdout=out) == 0
+    lines = {line.split()[0]: line for line in out.getvalue().splitlines() if line and not line.startswith(" ")}
+    assert lines["qwen"].endswith("merged-lora") and "critic-free" in lines["gemma"]
+    assert "merged-lora" not in lines["llama"] and "critic-free" not in lines["llama"]

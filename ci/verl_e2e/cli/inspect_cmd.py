@@ -47,6 +47,8 @@ def cmd_families(args: argparse.Namespace, stdout: TextIO) -> int:
     matrix = load_matrix(args.matrix)
     for fam in matrix.families.values():
         flags = [f for f in ("moe", "vlm", "mtp") if fam.flags.get(f)]
+        # how its cells differ, from the records real runs left (`no_critic`, `merged_lora` in matrix.yaml)
+        flags += ["critic-free"] * (fam.no_critic is not None) + ["merged-lora"] * (fam.merged_lora is not None)
         dummy = " (dummy)" if fam.model.dummy is not None else ""
         stdout.write(f"{fam.name:<16} {fam.model.model}{dummy}  {' '.join(flags)}".rstrip() + "\n")
         if fam.cannot_run is not None:
