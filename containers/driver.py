@@ -41,6 +41,7 @@ from pathlib import Path
 import functions
 import hostlock
 import preflight
+from milestones import Milestones
 from prepare import bridge_tests, prepare_data, prepare_model
 from records import Recorder, checkpoint_listing, git_state, log, write_json
 
@@ -69,9 +70,16 @@ def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 def run_logged(
-    cmd: list[str], *, cwd: Path, env: dict, log_path: Path, prefix: str, timeout: float
+    cmd: list[str],
+    *,
+    cwd: Path,
+    env: dict,
+    log_path: Path,
+    prefix: str,
+    timeout: float,
+    marks: Milestones | None = None,
 ) -> tuple[int | None, str, list[str]]:
-    """Run cmd with output teed to log_path and stdout. Returns (exit code, status, log tail)."""
+    """Run cmd with output teed to log_path and stdout (stamping `marks`). Returns (exit code, status, log tail)."""
     tail: list[str] = []
     deadline = time.monotonic() + timeout
     with log_path.open("ab", buffering=0) as fh:
@@ -100,6 +108,8 @@ def run_logged(
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
                     text = raw.decode("utf-8", errors="replace")
+                    if marks is not None:
+                        marks.feed(text)
                     sys.stdout.write(f"{prefix}{text}\n")
                     tail = [*tail, text][-TAIL:]
                 sys.stdout.flush()
@@ -396,6 +406,7 @@ def run_phases(
         rec.save()
         log(f"phase {phase['name']}: {' '.join(cmd)}")
         started = time.time()
+        marks = Milestones()
         code, status, tail = run_logged(
             cmd,
             cwd=args.verl.resolve(),
@@ -403,9 +414,14 @@ def run_phases(
             log_path=args.out / f"{phase['name']}.log",
             prefix=f"[{phase['name']}] ",
             timeout=args.phase_timeout or cell["timeout_minutes"] * 60,
+            marks=marks,
         )
         rec.phases[index].update(
-            status=status, exit_code=code, duration_s=round(time.time() - started, 3), log_tail=tail[-10:]
+            status=status,
+            exit_code=code,
+            duration_s=round(time.time() - started, 3),
+            log_tail=tail[-10:],
+            milestones=marks.seen,
         )
         try:
             count = functions.merge(args.out / "trace", args.out / "bridge-functions.json", args.bridge.resolve())

@@ -13,8 +13,8 @@
 # Cells start STAGGER seconds apart, each rollout takes GPU_SHARE of the GPU and KV_CACHE_BYTES of KV cache
 # (fixed, so vLLM does not size it from a free-memory measurement the other cells disturb). Every cell's run dir
 # is WORK/runs/LABEL and its console output WORK/log-LABEL.txt; the script waits for all of them and
-# prints one line per cell: label, exit code, seconds. AGENT_WORKERS (default 2) sets verl's agent-loop
-# workers per cell, CELL_RAM_GIB the host RAM a cell is counted at.
+# prints one line per cell: label, exit code, seconds. AGENT_WORKERS and REWARD_WORKERS (default 2 each)
+# set verl's agent-loop and reward workers per cell, CELL_RAM_GIB the host RAM a cell is counted at.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:?usage: parallel_runs.sh WORK LABEL:MUTATION:CELL[:HYDRA,...] ...}
@@ -93,11 +93,11 @@ for entry in "$@"; do
   # each cell's rollout takes its share of the GPU and a fixed KV cache: vLLM 0.24 sizes the cache by
   # profiling the GPU's free memory, which fails ("Error in memory profiling ... other processes release
   # GPU memory") or finds no room when another cell frees or takes memory meanwhile; a fixed
-  # kv_cache_memory_bytes skips that measurement. Two reward workers and AGENT_WORKERS agent-loop
-  # workers instead of eight each (host memory: each is a Ray actor process that imports verl and torch;
+  # kv_cache_memory_bytes skips that measurement. REWARD_WORKERS reward workers and AGENT_WORKERS
+  # agent-loop workers instead of eight each (host memory: each is a Ray actor process that imports verl and torch;
   # verl's own fully-async example runs two agent-loop workers).
   extra=(--hydra "actor_rollout_ref.rollout.gpu_memory_utilization=$share"
-         --hydra "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$kv" --hydra reward.num_workers=2
+         --hydra "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=$kv" --hydra "reward.num_workers=${REWARD_WORKERS:-2}"
          --hydra "actor_rollout_ref.rollout.agent.num_workers=${AGENT_WORKERS:-2}")
   IFS=, read -r -a overrides <<< "${hydra:-}"
   for o in "${overrides[@]}"; do [ -n "$o" ] && extra+=(--hydra "$o"); done

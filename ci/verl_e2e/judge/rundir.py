@@ -43,6 +43,7 @@ class PhaseRun:
     log_tail: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # the variables the cell set for this phase
     cwd: str | None = None  # where the wrapper ran (the verl checkout)
+    milestones: dict[str, float] = field(default_factory=dict)  # driver's stamps: start-up stage -> s since start
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class PhaseRun:
             "log_tail": self.log_tail,
             "env": self.env,
             "cwd": self.cwd,
+            "milestones": self.milestones,
         }
 
 
@@ -123,9 +125,17 @@ def _phase_records(items: list[Any], cell: Cell, problems: list[str]) -> list[Ph
                 log_tail=[str(x) for x in item.get("log_tail", [])][-30:],
                 env={str(k): str(v) for k, v in (item.get("env") or {}).items()},
                 cwd=str(item["cwd"]) if item.get("cwd") else None,
+                milestones=_stamps(item.get("milestones")),
             )
         )
     return phases
+
+
+def _stamps(raw: Any) -> dict[str, float]:
+    """The driver's start-up stamps; anything that is not a name and a number of seconds is left out."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def load_run_dir(path: str | Path) -> RunDir:

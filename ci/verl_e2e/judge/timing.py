@@ -19,6 +19,15 @@ from verl_e2e.judge.rundir import PhaseRun
 
 PARTS = ("timing_s/gen", "timing_s/update_actor", "timing_s/update_weights")
 
+# Start-up stages, each ended by one of the driver's stamps (containers/milestones.py): the stage runs
+# from the previous stamp that was seen (or the phase's start) to its own.
+STAGES = (
+    ("ray_started", "launch", "bash wrapper, Hydra and a Ray cluster of the cell's own"),
+    ("data_ready", "trainer", "verl's trainer process: imports, tokenizer, dataset"),
+    ("models_ready", "models", "Megatron workers: process, actor, reference and critic built through Bridge"),
+    ("rollout_ready", "rollout", "vLLM server and engine, agent-loop and reward workers"),
+)
+
 
 def breakdown(
     provenance: Mapping[str, Any], phases: Sequence[PhaseRun], evidences: Mapping[str, Evidence]
@@ -42,10 +51,27 @@ def breakdown(
                 values = [v for _, v in series.get(key, [])]
                 if values:
                     row[key.split("/", 1)[1] + "_s"] = round(sum(values), 1)
+        split = startup_split(phase.milestones)
+        if split:
+            row["startup_split"] = split
         out.append(row)
     if not out and not setup:
         return None
     return {"setup_s": round(setup, 1), "phases": out}
+
+
+def startup_split(stamps: Mapping[str, float]) -> dict[str, float]:
+    """{"launch": s, "trainer": s, "models": s, "rollout": s} from the stamps that were seen, in order;
+    a stage whose stamp is missing is folded into the next one that was seen."""
+    split: dict[str, float] = {}
+    last = 0.0
+    for stamp, name, _ in STAGES:
+        at = stamps.get(stamp)
+        if at is None or at < last:
+            continue
+        split[name] = round(at - last, 1)
+        last = at
+    return split
 
 
 def _num(value: Any) -> bool:
@@ -60,7 +86,10 @@ def line(timings: Mapping[str, Any] | None) -> str | None:
     for row in timings.get("phases", []):
         text = f"{row['name']} {row['wall_s']:.0f} s"
         if row.get("steps"):
-            text += f" = start-up and shutdown {row['startup_s']:.0f} s + {row['steps']} step(s) {row['steps_s']:.0f} s"
+            text += f" = start-up and shutdown {row['startup_s']:.0f} s"
+            if row.get("startup_split"):
+                text += " (" + ", ".join(f"{k} {v:.0f}" for k, v in row["startup_split"].items()) + ")"
+            text += f" + {row['steps']} step(s) {row['steps_s']:.0f} s"
             if "gen_s" in row:
                 text += f" (generation {row['gen_s']:.0f} s)"
         parts.append(text)
