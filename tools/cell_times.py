@@ -6,7 +6,8 @@ profile change) read from run dirs, never from timed asserts.
 
 Each run dir is re-judged in a scratch copy (judging writes its records; the run dir stays as it was),
 and its verdict's timings are printed: the driver's set-up steps, each phase's wall time, start-up and
-shutdown, the PPO steps and their generation. The last line gives the median wall time of the Pass cells.
+shutdown, the start-up by stage (from the driver's stamps, where the run has them), the PPO steps and
+their generation. The last line gives the median wall time of the Pass cells.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HEAD = ("run dir", "cell", "model", "verdict", "set-up s", "phases s", "start-up s", "steps", "step s", "gen s")
+HEAD: tuple[str, ...] = ("run dir", "cell", "model", "verdict", "set-up s", "phases s", "start-up s", "split")
+HEAD += ("steps", "step s", "gen s")
 
 
 def _judge(run_dir: Path) -> dict[str, object]:
@@ -44,10 +46,19 @@ def _row(run_dir: Path) -> tuple[list[str], float | None]:
     setup = float(timings.get("setup_s", 0)) if isinstance(timings, dict) else 0.0
     row = [
         run_dir.name, cell["id"], cell["model"], str(verdict.get("result", "?")), f"{setup:.0f}", f"{wall:.0f}",
-        f"{sum(p.get('startup_s', 0) for p in phases):.0f}", str(sum(p.get("steps", 0) for p in phases)),
+        f"{sum(p.get('startup_s', 0) for p in phases):.0f}", _split(phases),
+        str(sum(p.get("steps", 0) for p in phases)),
         f"{sum(p.get('steps_s', 0) for p in phases):.0f}", f"{sum(p.get('gen_s', 0) for p in phases):.0f}",
     ]  # fmt: skip
     return row, (setup + wall) if phases else None
+
+
+def _split(phases: list[dict[str, object]]) -> str:
+    """The first phase's start-up by stage from the driver's stamps ("launch 29 / trainer 60 / ..."), or -."""
+    split = phases[0].get("startup_split") if phases else None
+    if not isinstance(split, dict) or not split:
+        return "-"
+    return " / ".join(f"{name} {seconds:.0f}" for name, seconds in split.items())
 
 
 def main() -> int:
