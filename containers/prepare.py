@@ -7,6 +7,7 @@ its step through the driver's Recorder and returns a problem sentence when the c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -61,6 +62,8 @@ def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | Non
     if cell.get("dummy_config") is None:
         path = Path(env.get("MODEL_PATH", ""))
         state = "from the cache" if path.is_dir() else "not in the cache (the wrapper will try to fetch it)"
+        if path.is_dir():
+            hub_off(env, rec)
         rec.step("model", "ok", f"{env.get('MODEL_ID')} {state}", started)
         return None
     base = Path(env.get("MODEL_PATH", "")) / "config.json"
@@ -72,8 +75,18 @@ def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | Non
     target.write_text(json.dumps(config, indent=2))
     rec.overrides["DUMMY_MODEL_CONFIG_PATH"] = str(target)
     rec.overrides["DUMMY_MODEL_PATH"] = str(work / "dummy-model")
+    hub_off(env, rec)
     rec.step("model", "ok", f"dummy model: {env['MODEL_ID']} config shrunk by {cell['dummy_config']}", started)
     return None
+
+
+def hub_off(env: dict, rec: Recorder) -> None:
+    """The model is on disk: switch the Hugging Face hub off for the phases (every Ray worker inherits
+    it), as the container backend always does, so that no process of a cell on a machine without
+    internet waits on a hub lookup that can only time out. A value the caller set is kept."""
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if key not in env and key not in os.environ:
+            rec.overrides[key] = "1"
 
 
 def _merge(into: dict, overrides: dict) -> None:
