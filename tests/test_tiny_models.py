@@ -308,6 +308,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             "deepseek_v3",
             *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
             *("--family", "hy_v3", "--family", "glm_vl", "--family", "qwen25_vl", "--family", "qwen_vl"),
+            *(
+                "--family",
+                "glm45",
+            ),
         ]
     )
     doc = json.loads(report.read_text())
@@ -367,6 +371,7 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         ("minimax_m2", ("scoring_func",), "sigmoid"),
         ("hy_v3", ("first_k_dense_replace",), 1),
         ("glm_vl", ("text_config", "head_dim"), 64),
+        ("glm45", ("head_dim",), 64),
         ("ministral3", ("text_config", "model_type"), "ministral3"),
         ("ministral3", ("text_config", "rope_parameters", "llama_4_scaling_beta"), 0.1),
     ],
@@ -381,6 +386,34 @@ def test_keys_the_released_configs_carry_and_vllm_or_bridge_read(
     for key in path:
         node = node[key]
     assert node == value
+
+
+@pytest.mark.parametrize(
+    ("family", "tokens"),
+    [
+        ("deepseek_v3", ("<\uff5cend\u2581of\u2581sentence\uff5c>", "<\uff5cAssistant\uff5c>")),
+        ("deepseek", ("<\uff5cend\u2581of\u2581sentence\uff5c>",)),
+        ("glm45", ("<|observation|>", "<|user|>")),
+        ("minimax_m2", ("[e~[",)),
+    ],
+)
+def test_the_tokenizer_has_the_turn_tokens_verl_requires_of_the_model_type(
+    built: tuple[Path, dict[str, Any]], family: str, tokens: tuple[str, ...]
+) -> None:
+    """verl's chat-turn builder for the model type looks these up and stops without them (a tiny DeepSeek
+    stopped in verl's agent loop on the H200, 2026-12-03); a family verl builds Qwen-style gets none."""
+    from transformers import AutoTokenizer
+
+    out, rows = built
+    assert rows[family]["ok"], rows[family]
+    tok = AutoTokenizer.from_pretrained(out / family)
+    config = json.loads((out / family / "config.json").read_text())
+    ids = [tok.convert_tokens_to_ids(t) for t in tokens]
+    assert all(i is not None and i != tok.unk_token_id for i in ids), ids
+    assert max(ids) < config["vocab_size"]  # inside the embedding rows
+    assert tok.decode(ids) == "".join(tokens)
+    plain = AutoTokenizer.from_pretrained(out / "qwen")
+    assert tokens[0] not in plain.get_vocab()
 
 
 def test_qwen25_vl_keeps_the_rotary_half_bridge_splits_by_the_release(built: tuple[Path, dict[str, Any]]) -> None:

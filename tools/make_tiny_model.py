@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_tokens import add_role_tokens  # noqa: E402 - this directory's helper, found when run as a script
 
 # --- the tiny sizes ------------------------------------------------------------------------------------
 # hidden 256 over 4 heads gives head_dim 64, which every attention kernel on the node takes (vLLM's
@@ -150,6 +152,9 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},
     # GLM-4.7-Flash: the dense lead layer count (mlp_layer_types of the tiny model starts with one)
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},
+    # GLM-4.5: vLLM's Glm4MoeAttention reads config.head_dim, which Glm4MoeConfig leaves out (128 in the
+    # release's config.json; "'Glm4MoeConfig' object has no attribute 'head_dim'", H200, 2026-12-03)
+    "Glm4MoeForCausalLM": {"head_dim": HEAD_DIM},
     # MiniMax-M2 rotates half of each head (rotary_dim 64 of head_dim 128 in the release; 32 of 64 here)
     # and routes with sigmoid scores, which vLLM's MoE layer reads as `scoring_func`
     "MiniMaxM2ForCausalLM": {"rotary_dim": 32, "scoring_func": "sigmoid"},
@@ -889,9 +894,12 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
     out = out_root / family.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        role_notes: list[str] = []
+        add_role_tokens(str(getattr(config_class, "model_type", "")), tokenizer, role_notes)
         vocab = padded_vocab(len(tokenizer))
         tokens = (vocab, tokenizer.eos_token_id, tokenizer.pad_token_id)
         config, res.overrides, res.notes = tiny_config(cls, config_class, family, architecture, tokens)
+        res.notes += role_notes
         processor = multimodal_tokens(config, tokenizer, res.notes) if "vlm" in family.kinds else None
         if len(tokenizer) > vocab:
             raise ValueError(f"the tokenizer grew to {len(tokenizer)} tokens, past the {vocab} embedding rows")

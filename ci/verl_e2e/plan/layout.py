@@ -52,7 +52,8 @@ _GROUPS = {
 _MEMBERS = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "expt_tp": "etp"}
 _STAGES = ("is_pipeline_first_stage", "is_pipeline_last_stage", "is_pp_first_stage", "is_pp_last_stage",
            "is_first_pp_stage", "is_last_pp_stage", "pre_process", "post_process")  # fmt: skip
-_FSDP = ("use_megatron_fsdp", "use_custom_fsdp", "megatron_fsdp", "FullyShardedDataParallel")
+# DTensor: on verl's path a parameter is a DTensor only when Megatron-FSDP shards it (DDP keeps plain tensors)
+_FSDP = ("use_megatron_fsdp", "use_custom_fsdp", "megatron_fsdp", "FullyShardedDataParallel", "DTensor")
 WORDS = {"tp": "at TP > 1", "pp": "at PP > 1", "vpp": "with virtual pipeline stages", "cp": "at CP > 1",
          "sp": "under sequence parallel", "ep": "at EP > 1", "etp": "at expert TP > 1",
          "fsdp": "under Megatron-FSDP", "moe": "on a MoE model", "verl": "with a setting verl never uses"}  # fmt: skip

@@ -22,6 +22,8 @@ from verl_e2e.plan.runtime import Ran, cheapest
 from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
 
+OFF_SURFACE = "off-surface"  # the ignore group of Bridge-only code (matrix.yaml ignore:)
+
 PEFT = "src/megatron/bridge/peft/"
 LORA = "lora"  # a target kind marker: the change is to LoRA code, so its custom-layers cell keeps LoRA
 __all__ = ["Reason", "Selection", "family_dir", "select"]
@@ -70,12 +72,15 @@ class _Scan:
             ran_it = not file.cosmetic and not file.log_only and unbuilt is None and self._executed(file)
             if group is not None and not ran_it:
                 self.found.ignored[group].append(file.path)
+                if group == OFF_SURFACE and not file.cosmetic and not file.log_only:
+                    self._say_unrun(file, "Bridge-only code verl's Megatron PPO loop never imports or reads")
             elif file.cosmetic:
                 self.found.cosmetic.append(file.path)
             elif file.log_only and file.path not in escalated:
                 self.found.off_surface[file.path] = quiet.SAID
             elif unbuilt is not None:
                 self.found.off_surface[file.path] = unbuilt
+                self._say_unrun(file, unbuilt)
             else:
                 if not ran_it and file.path not in self.ran_around and self._off_surface(file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
@@ -108,8 +113,11 @@ class _Scan:
         why = None if self.surface is None else off_surface(self.surface, file)
         if why is not None:
             self.found.off_surface[file.path] = why
-            self.found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
+            self._say_unrun(file, why)
         return why is not None
+
+    def _say_unrun(self, file: ChangedFile, why: str) -> None:
+        self.found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
 
     def _aspects(self, file: ChangedFile) -> bool:
         """Aspects of what the change touches; True when one selected something."""

@@ -116,10 +116,20 @@ def off_layout(matrix: Matrix, file: ChangedFile) -> set[int]:
     return {lv for lv in {c.level for c in pr_cells} if lv > 0} - taken
 
 
+def build_values_only(file: ChangedFile) -> bool:
+    """Every changed line sits in a bridge's `provider_bridge`: values copied from the HF config onto the
+    provider (a RoPE base, a window size), which every build of that family runs. Level 0 on the family
+    trains with them; the custom-layer variant (full-parameter at TP=2) adds nothing for a value."""
+    names = file.functions or ()
+    return bool(names) and not file.module_level and all(n.endswith(".provider_bridge") for n in names)
+
+
 def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[list[Hit], str | None]:
     """The aspect hits that select a level: not one whose `unless_ran_at` level already ran the changed
     functions, nor a Level 5 one for an inner function its installer never installed (with the note)."""
     hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, ran)]
+    if build_values_only(file):
+        hits = [h for h in hits if h.aspect.kind != "custom"]
     never = never_ran(file, ran)
     if not never or not any(h.aspect.levels == {5} for h in hits):
         return hits, None
@@ -132,7 +142,17 @@ def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[l
 
 
 def uncalled(file: ChangedFile, why: str) -> str | None:
-    """The "no cell executes" line for code verl imports but whose functions nothing verl calls reaches."""
-    if "which no Bridge function verl" not in why or not file.added_at:
+    """The "no cell executes" line for a src/ code change that selects nothing because no cell reaches
+    it: a module verl never imports, functions nothing verl calls reaches, a class no recorded cell
+    builds. The plan's off-surface entry says the same; this line is what the comment shows, so a PR
+    author reads which of their lines no cell will test. Lines are the new side's, or the removed ones
+    (base side) for a pure deletion."""
+    if not file.path.startswith("src/") or file.diff_lines is None:
         return None
-    return f"changed lines no cell executes: {file.path}:{runtime_spans(frozenset(file.added_at))} ({why})"
+    if file.added_at:
+        where = f"{file.path}:{runtime_spans(frozenset(file.added_at))}"
+    elif file.base_lines:
+        where = f"{file.old_path or file.path}:{runtime_spans(frozenset(file.base_lines))} (removed)"
+    else:
+        return None
+    return f"changed lines no cell executes: {where} ({why})"

@@ -1,0 +1,47 @@
+"""The special tokens verl's chat-turn builder requires of a model type, for the tiny models' tokenizer.
+
+verl's agent loop builds prompts through a "continuous token" builder chosen by config.json's model_type
+(verl/utils/tokenizer/continuous_token_wiring.py, `_MODEL_TYPE_TO_FAMILY`), and each builder looks up the
+tokens that end a turn in that model's chat format (`require_token_id` in continuous_token.py and
+deepseek.py, verl 1dda039). The tiny models share one local Qwen2 tokenizer, which has Qwen's `<|im_end|>`
+but none of the others: a tiny DeepSeek stopped in the agent loop with "Tokenizer does not define
+required token" DeepSeek's end-of-sentence token (H200, 2026-12-03). The released tokenizers define these tokens,
+so the tiny ones get them as added special tokens. Standard library only (imported by make_tiny_model.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# DeepSeek spells its tokens with fullwidth vertical lines (U+FF5C) and lower one-eighth blocks (U+2581)
+_DEEPSEEK = (
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+    "<\uff5cUser\uff5c>",
+    "<\uff5cAssistant\uff5c>",
+)
+_MINIMAX = ("[e~[",)
+_GLM = ("<|observation|>", "<|user|>")
+
+# model_type -> the tokens its verl builder requires (or looks up), as the released tokenizer spells them
+ROLE_TOKENS: dict[str, tuple[str, ...]] = {
+    "deepseek_v2": _DEEPSEEK,
+    "deepseek_v3": _DEEPSEEK,
+    "deepseek_v4": _DEEPSEEK,
+    "minimax": _MINIMAX,
+    "minimax_text_01": _MINIMAX,
+    "minimax_m2": _MINIMAX,
+    "minimax_vl_01": (*_MINIMAX, "<end_of_sentence>", "<beginning_of_sentence>"),
+    "glm4_moe": _GLM,
+    "glm_moe_dsa": _GLM,
+    "gemma4": ("<|tool_response>",),
+}
+
+
+def add_role_tokens(model_type: str, tokenizer: Any, notes: list[str]) -> None:
+    """Add the tokens ROLE_TOKENS lists for model_type that the tokenizer lacks (as special tokens)."""
+    missing = [t for t in ROLE_TOKENS.get(model_type, ()) if t not in tokenizer.get_vocab()]
+    if not missing:
+        return
+    tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
+    notes.append(f"tokenizer: added {', '.join(missing)} (verl's {model_type} chat-turn builder requires them)")
