@@ -1,0 +1,51 @@
+"""Families a real run found broken between verl, vLLM and Bridge: the run is kept, the judge still
+names the break, and matrix.yaml's record for the family cites that run and the same error, so a plan
+says "cannot run in verl today: ..." instead of giving a Bridge PR a Fail that is not its own.
+
+The archives in fixtures/family-breaks/ are run dirs written by run-cell on one H200 (verl 1dda039,
+Bridge 067f987, tools/offline_node.sh), one `FAMILY.tar.xz` per break.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from verl_e2e.config.matrix import load_matrix
+from verl_e2e.judge.judging import judge_run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHIVES = sorted((ROOT / "tests/fixtures/family-breaks").glob("*.tar.xz"))
+
+# family -> (result, failure class, a phrase of the error that both the verdict and the record carry)
+EXPECTED = {
+    "exaone": ("Fail", "runtime", "must match the existing size (21) at non-singleton dimension 2"),
+    "gpt_oss": ("Fail", "runtime", "The size of tensor a (512) must match the size of tensor b (256)"),
+}
+
+
+def _table_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("family_table", ROOT / "tools/family_table.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_kept_break_is_described_here() -> None:
+    assert sorted(a.name.removesuffix(".tar.xz") for a in ARCHIVES) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("archive", ARCHIVES, ids=[a.name for a in ARCHIVES])
+def test_a_kept_break_is_judged_and_recorded_as_the_family_cannot_run(archive: Path, tmp_path: Path) -> None:
+    family = archive.name.removesuffix(".tar.xz")
+    result, failure_class, phrase = EXPECTED[family]
+    v = judge_run_dir(_table_tool().unpack(archive, tmp_path))
+    assert (v.result, v.failure_class, v.family, v.level) == (result, failure_class, family, 0), v.headline
+    assert phrase in v.headline
+    record = load_matrix(None).families[family].cannot_run or ""
+    assert phrase in record, "the record quotes the error the kept run shows"
+    assert f"family-breaks/{archive.name}" in record, "the record cites the kept run"
