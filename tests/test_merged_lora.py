@@ -42,11 +42,14 @@ def test_a_full_parameter_cell_has_no_adapters_to_merge(tmp_path: Path) -> None:
         assert not any(x.startswith("adapters merged") for x in cell.limitations)
 
 
-def test_the_shipped_records_are_the_six_families_seen() -> None:
+def test_the_shipped_records_are_the_families_seen() -> None:
+    """Each record comes from a real run that stopped; gpt_oss moved to cannot_run when its merged sync
+    failed too (a Bridge merge error), and olmoe, ernie and glm have since passed merged."""
     matrix = load_matrix()
     recorded = sorted(n for n, f in matrix.families.items() if f.merged_lora)
-    assert recorded == ["deepseek", "deepseek_v3", "ernie", "glm", "gpt_oss", "olmoe"]
+    assert recorded == ["deepseek", "deepseek_v3", "ernie", "glm", "olmoe", "qwen_audio"]
     assert "KeyError" in (matrix.families["olmoe"].merged_lora or "")
+    assert matrix.families["gpt_oss"].merged_lora is None and matrix.families["gpt_oss"].cannot_run
 
 
 def test_families_tags_how_a_familys_cells_run(tmp_path: Path) -> None:

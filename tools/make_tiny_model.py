@@ -150,6 +150,10 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # 0.24 reads (each found by a Level 0 run on the H200, 2026-12-03, that stopped in vLLM without it):
     # DeepSeek-V2 routes with grouped top-k (V2-Lite: one group, top-1 group)
     "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},
+    # DeepSeek-V3 routes with sigmoid scores and a score-correction bias (topk_method "noaux_tc"); vLLM
+    # builds gate.e_score_correction_bias only for that method, and Bridge exports it ("KeyError:
+    # 'layers.1.mlp.gate.e_score_correction_bias'" in vLLM's load_weights, H200, 2026-12-03)
+    "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
     # GLM-4.7-Flash: the dense lead layer count (mlp_layer_types of the tiny model starts with one)
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},
     # GLM-4.5: vLLM's Glm4MoeAttention reads config.head_dim, which Glm4MoeConfig leaves out (128 in the
