@@ -308,10 +308,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             "deepseek_v3",
             *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
             *("--family", "hy_v3", "--family", "glm_vl", "--family", "qwen25_vl", "--family", "qwen_vl"),
-            *(
-                "--family",
-                "glm45",
-            ),
+            *("--family", "glm45", "--family", "glm_moe_dsa", "--family", "mimo_v2_flash", "--family", "deepseek_v4"),
         ]
     )
     doc = json.loads(report.read_text())
@@ -372,6 +369,11 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         ("hy_v3", ("first_k_dense_replace",), 1),
         ("glm_vl", ("text_config", "head_dim"), 64),
         ("glm45", ("head_dim",), 64),
+        ("deepseek_v3", ("topk_method",), "noaux_tc"),  # vLLM builds the router's correction bias only then
+        ("glm_vl", ("text_config", "use_qk_norm"), False),
+        ("glm_moe_dsa", ("indexer_rope_interleave",), False),
+        ("mimo_v2_flash", ("swa_rope_theta",), 10000.0),
+        ("deepseek_v4", ("rope_parameters", "compress", "factor"), 16.0),
         ("ministral3", ("text_config", "model_type"), "ministral3"),
         ("ministral3", ("text_config", "rope_parameters", "llama_4_scaling_beta"), 0.1),
     ],

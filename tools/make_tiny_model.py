@@ -169,7 +169,32 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # Hy3 (Hunyuan V3): Bridge builds moe_layer_freq from the dense lead layer count
     "HYV3ForCausalLM": {"first_k_dense_replace": 1},
     # GLM-4.5V: Bridge's provider takes kv_channels from the text config's head_dim (128 in the release)
-    "Glm4vMoeForConditionalGeneration": {"text_config": {"head_dim": HEAD_DIM}},
+    # and reads text_config.use_qk_norm, which the text config class leaves out (GLM-4.5V is built on
+    # GLM-4.5-Air, which has no QK norm; "'Glm4vMoeTextConfig' object has no attribute 'use_qk_norm'")
+    "Glm4vMoeForConditionalGeneration": {"text_config": {"head_dim": HEAD_DIM, "use_qk_norm": False}},
+    # The next three: Bridge's provider_bridge reads a key the release's config.json carries and
+    # transformers 5.17's class keeps elsewhere or not at all (each stopped a Level 0 cell, H200, 2026-12-03).
+    # GLM-5's DSA indexer rotates non-interleaved unless the config says so (vLLM's default, False)
+    "GlmMoeDsaForCausalLM": {"indexer_rope_interleave": False},
+    # MiMo-V2-Flash: Bridge takes (sliding-window, global) RoPE bases from swa_rope_theta and rope_theta;
+    # transformers keeps them in rope_parameters (10k sliding, 5M full attention)
+    "MiMoV2FlashForCausalLM": {"swa_rope_theta": 10000.0, "rope_theta": 5000000.0},
+    # DeepSeek-V4: Bridge reads the compressed attention's YaRN factor and original length from
+    # rope_parameters["compress"] (16 and 65536 in the release, per Bridge's own comments)
+    "DeepseekV4ForCausalLM": {
+        "rope_parameters": {
+            "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.125},
+            "compress": {
+                "rope_type": "yarn",
+                "rope_theta": 160000.0,
+                "partial_rotary_factor": 0.125,
+                "factor": 16.0,
+                "original_max_position_embeddings": 65536,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+            },
+        }
+    },
     # Qwen2.5-VL: Bridge's provider keeps the release's M-RoPE split (16, 24, 24) whatever the config says,
     # so the rotary half must stay 64: heads of 128 (two query heads, one KV head, over hidden 256); with
     # 64-wide heads Bridge's rotary split fails ("split_sizes=[16, 24, 24, 16, 24, 24]" of 64, H200 run)
