@@ -71,16 +71,13 @@ class _Scan:
             unbuilt = unbuilt or _overridden(self.found, file)
             ran_it = not file.cosmetic and not file.log_only and unbuilt is None and self._executed(file)
             if group is not None and not ran_it:
-                self.found.ignored[group].append(file.path)
-                if group == OFF_SURFACE and not file.cosmetic and not file.log_only:
-                    self._say_unrun(file, "Bridge-only code verl's Megatron PPO loop never imports or reads")
+                _ignored(self.found, group, file)
             elif file.cosmetic:
                 self.found.cosmetic.append(file.path)
             elif file.log_only and file.path not in escalated:
                 self.found.off_surface[file.path] = quiet.SAID
             elif unbuilt is not None:
-                self.found.off_surface[file.path] = unbuilt
-                self._say_unrun(file, unbuilt)
+                _unreached(self.found, file, unbuilt)
             else:
                 if not ran_it and file.path not in self.ran_around and self._off_surface(file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
@@ -112,12 +109,8 @@ class _Scan:
     def _off_surface(self, file: ChangedFile) -> bool:
         why = None if self.surface is None else off_surface(self.surface, file)
         if why is not None:
-            self.found.off_surface[file.path] = why
-            self._say_unrun(file, why)
+            _unreached(self.found, file, why)
         return why is not None
-
-    def _say_unrun(self, file: ChangedFile, why: str) -> None:
-        self.found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
 
     def _aspects(self, file: ChangedFile) -> bool:
         """Aspects of what the change touches; True when one selected something."""
@@ -278,3 +271,18 @@ def select(
     return collector.build(
         col, matrix, found=scan.found, unsupported=scan.fams.unsupported, warnings=scan.fams.warnings, requested=label
     )
+
+
+def _unreached(found: Findings, file: ChangedFile, why: str) -> None:
+    """A change no cell reaches: the plan's off-surface entry, and its lines in the "no cell executes"
+    list the comment shows."""
+    found.off_surface[file.path] = why
+    found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
+
+
+def _ignored(found: Findings, group: str, file: ChangedFile) -> None:
+    """A file of an ignore group; Bridge-only code (not a cosmetic or log-only change) names its lines."""
+    found.ignored[group].append(file.path)
+    if group == OFF_SURFACE and not file.cosmetic and not file.log_only:
+        why = "Bridge-only code verl's Megatron PPO loop never imports or reads"
+        found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
