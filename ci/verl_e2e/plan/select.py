@@ -277,7 +277,8 @@ def _unreached(found: Findings, file: ChangedFile, why: str) -> None:
     """A change no cell reaches: the plan's off-surface entry, and its lines in the "no cell executes"
     list the comment shows."""
     found.off_surface[file.path] = why
-    found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
+    if not any(file.path in line for line in found.unexecuted):  # said once (an override's note says it)
+        found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)
 
 
 def _ignored(found: Findings, group: str, file: ChangedFile) -> None:
