@@ -9,14 +9,14 @@ Bridge 067f987, tools/offline_node.sh), one `FAMILY.tar.xz` per break.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from verl_e2e.config.matrix import load_matrix
 from verl_e2e.judge.judging import judge_run_dir
+
+from .test_family_runs import _table_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHIVES = sorted((ROOT / "tests/fixtures/family-breaks").glob("*.tar.xz"))
@@ -36,14 +36,6 @@ EXPECTED = {
     # vLLM without LoRA support for the model: its LoRA cells sync merged adapters
     "qwen_audio": ("merged_lora", "Blocked", "setup", "does not support LoRA yet"),
 }
-
-
-def _table_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("family_table", ROOT / "tools/family_table.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_kept_break_is_described_here() -> None:
