@@ -6,7 +6,7 @@ stamp the first arrival of the lines verl prints when a stage is done (the stamp
 clock, not timestamps parsed out of the log, whose formats differ by process). The judge turns them
 into a split of the start-up (`verl_e2e.judge.timing`). Standard library only (runs in the image).
 
-The lines are verl 0.8's (`verl/trainer/ppo/ray_trainer.py`, `verl/trainer/main_ppo.py`) and Ray's;
+The lines are verl 1dda039's (`verl/trainer/ppo/v1/trainer_base.py`, its logger at INFO) and Ray's;
 a verl that words them differently just yields fewer stamps, never a wrong one.
 """
 
