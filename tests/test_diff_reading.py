@@ -109,6 +109,16 @@ def test_a_removed_method_is_a_change(matrix: Matrix, tmp_path: Path) -> None:
     assert "aspect:parallel-layout" in levels.get(2, set()), levels
 
 
+def test_an_import_is_not_what_the_change_does_with_it(matrix: Matrix, tmp_path: Path) -> None:
+    """A new import of `parallel_state` changes no layout; a line that calls it does."""
+    imported = [" import torch", "+from megatron.core import parallel_state", " ", " x = 1"]
+    levels = _plan(matrix, tmp_path, _hunk(PROVIDER, "", 10, imported), [f"M\t{PROVIDER}"])
+    assert 2 not in levels, levels
+    used = [*imported[:2], "+TP = parallel_state.get_tensor_model_parallel_world_size()", *imported[2:]]
+    levels = _plan(matrix, tmp_path, _hunk(PROVIDER, "", 10, used), [f"M\t{PROVIDER}"])
+    assert "aspect:parallel-layout" in levels.get(2, set()), levels
+
+
 OLD = "src/megatron/bridge/models/mamba/nemotron_h_bridge.py"
 NEW = "src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py"
 BODY = [

@@ -39,6 +39,8 @@ def _compile(pattern: str) -> Any:
 DEFAULT_PATHS = ["src/megatron/bridge/models/**", "src/megatron/bridge/peft/**", "src/megatron/bridge/utils/**"]
 KINDS = ("all", "moe", "vlm", "mtp", "quant", "custom")
 _STRING = _compile(r"""\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'""")
+# an import names a module; what the change does with it is on the lines that use it
+_IMPORT = re.compile(r"^\s*(from\s+[\w.]+\s+)?import\s")
 _COMMENT = re.compile(r"^\s*(#|\"\"\"|'''|\*|//)")
 
 
@@ -148,7 +150,7 @@ def find(
 
     With RE2, one set match per text says which aspects can fire, and only those are searched for
     the term: a 3,000-file diff stays well under a second."""
-    code = "\n".join(code_lines(lines))
+    code = "\n".join(line for line in code_lines(lines) if not _IMPORT.match(line))
     bare = _STRING.sub('""', code)
     names = "\n".join(scopes)
     maybe = _candidates(aspects, code, bare, names)
