@@ -4,6 +4,7 @@ fallback that never leaves a change on verl's surface with no cell."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -30,7 +31,6 @@ def _levels(matrix, files: list[ChangedFile], ran) -> set[int]:
 
 
 RUNS = {
-    "L0-lora-ddp-qwen": RUN.parent / "20-pass-level0-tiny-qwen2-smoke-profile",
     "L0-lora-ddp-nemotron": RUN.parent / "21-pass-level0-tiny-nemotron",
     "L1-save-resume-qwen": RUN.parent / "11-pass-level1-save-resume-records",
     "L0-lora-ddp-qwen3_moe": RUN.parent / "12-pass-level0-tiny-qwen3-moe",
@@ -40,12 +40,28 @@ RUNS = {
 }
 
 
-def test_the_shipped_records_are_the_real_runs() -> None:
+# every family's kept Level 0 run (Bridge 067f987, lines keyed by the blob ids the driver recorded)
+FAMILY_RUNS = sorted((RUN.parents[1] / "family-runs").glob("*.tar.xz"))
+
+
+@pytest.fixture(scope="module")
+def family_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    spec = importlib.util.spec_from_file_location("family_table", RUN.parents[3] / "tools/family_table.py")
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    runs = [tool.unpack(a, tmp_path_factory.mktemp(a.name.removesuffix(".tar.xz"))) for a in FAMILY_RUNS]
+    return {json.loads((r / "cell.json").read_text())["id"]: r for r in runs}
+
+
+def test_the_shipped_records_are_the_real_runs(family_runs: dict[str, Path]) -> None:
     """Functions as the run dirs hold them; lines where the run recorded them, keyed by blob ids (given by
-    `surface --runs ... --bridge` from the Bridge tree the runs ran, which these runs predate)."""
+    `surface --runs ... --bridge` from the Bridge tree the older runs ran, which they predate). Each
+    family's kept Level 0 run is shipped too: a selection that knows what Gemma's or GLM's cell ran."""
     shipped = {r.cell: r for r in runtime.shipped()}
-    assert set(shipped) == set(RUNS)
-    for cell, run in RUNS.items():
+    assert len(family_runs) >= 9 and not set(family_runs) & set(RUNS)
+    assert set(shipped) == set(RUNS) | set(family_runs)
+    for cell, run in {**RUNS, **family_runs}.items():
         ran = runtime.from_run_dir(run)
         assert ran is not None and shipped[cell].functions == ran.functions, cell
         recorded = json.loads((run / "bridge-functions.json").read_text()).get("lines", {})
@@ -57,7 +73,7 @@ def test_the_shipped_records_are_the_real_runs() -> None:
             assert shipped[cell].lines[f] == ran_lines, (cell, f)
 
 
-@pytest.mark.parametrize("cell", sorted(RUNS))
+@pytest.mark.parametrize("cell", sorted(r.cell for r in runtime.shipped()))  # the family runs too
 def test_every_function_a_real_cell_ran_gets_that_cells_level_when_changed(matrix, cell: str) -> None:
     """The issue's measure: a one-line change inside each executed function gets a cell (1.0), at
     the lowest level whose recorded cell ran it."""
