@@ -26,6 +26,7 @@ def _load() -> ModuleType:
 
 
 mtm = _load()
+shrink, builder = sys.modules["tiny_shrink"], sys.modules["tiny_build"]  # its helpers, on the tool's path
 
 
 # --- pure rules: no torch ---------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_mrope_sections_follow_a_partial_rotary_head() -> None:
     }
     over, _ = mtm.shrink_overrides({"text_config": text}, 1024, mrope=[11, 11, 10])
     assert over["text_config"]["rope_parameters"]["mrope_section"] == [3, 3, 2]  # 64 * 0.25 / 2 = 8
-    assert mtm.scale_sections([16, 24, 24], 16) == [4, 6, 6]
+    assert shrink.scale_sections([16, 24, 24], 16) == [4, 6, 6]
 
 
 def test_per_layer_settings_keyed_by_layer_keep_the_layers_that_remain_and_shrink_too() -> None:
@@ -436,11 +437,11 @@ def test_the_processor_is_cut_to_the_vision_towers_patches(built: tuple[Path, di
     out, rows = built
     assert rows["qwen_vl"]["ok"], rows["qwen_vl"]
     config = AutoConfig.from_pretrained(out / "qwen_vl")
-    sizes = mtm.vision_geometry(config)
+    sizes = builder.vision_geometry(config)
     assert sizes == {
         "patch_size": config.vision_config.patch_size,
         "temporal_patch_size": config.vision_config.temporal_patch_size,
         "merge_size": config.vision_config.spatial_merge_size,
     }
     assert sizes["patch_size"] == 16
-    assert mtm.vision_geometry(AutoConfig.from_pretrained(out / "qwen")) == {}
+    assert builder.vision_geometry(AutoConfig.from_pretrained(out / "qwen")) == {}

@@ -1,0 +1,394 @@
+"""The builder: transformers' classes, torch and files, for tools/make_tiny_model.py.
+
+Instantiates each family's architecture from its shrunk config with seeded random weights, adds what
+the released checkpoints have and transformers does not build (MTP layers, processor files, turn
+tokens), and writes the checkpoint directory. transformers and torch are imported inside the functions,
+so the pure rules load without them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_keys import MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, SPECIAL_TOKEN_KEYS, TOKENIZER_FILES, Family
+from tiny_shrink import (
+    _is_int,
+    _per_layer_keys,
+    deep_merge,
+    moe_overrides,
+    mtp_overrides,
+    padded_vocab,
+    shrink_overrides,
+)
+from tiny_tokens import add_role_tokens
+
+
+@dataclass
+class Result:
+    family: str
+    architecture: str
+    kinds: list[str]
+    found: bool = False
+    config_class: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    params: int = 0
+    mb: float = 0.0
+    ok: bool = False
+    error: str = ""
+    borrowed_from: str | None = None
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception as one line: its type and the most specific line of its message."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    detail = lines[-1] if lines and lines[0].endswith(":") else " ".join(lines)
+    return f"{type(exc).__name__}: {detail}"[:300]
+
+
+def resolve(architecture: str) -> tuple[Any, Any]:
+    """(model class, config class) from the installed transformers; (None, None) when it has neither."""
+    import transformers  # noqa: PLC0415
+
+    try:
+        cls = getattr(transformers, architecture)
+    except (AttributeError, ImportError, RuntimeError):
+        return None, None
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None or isinstance(config_class, str):
+        return cls, None
+    return cls, config_class
+
+
+def mrope_default(cls: Any) -> list[int] | None:
+    """The M-RoPE split a model's code falls back to when its config names none (Qwen-VL, GLM-4V, ERNIE-VL
+    read `rope_parameters.get("mrope_section", [...])`): it is sized for the real head, so the shrink must
+    scale it with the head, and only the source holds it."""
+    import inspect  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    try:
+        source = inspect.getsource(sys.modules[cls.__module__])
+    except (KeyError, OSError, TypeError):
+        return None
+    m = re.search(r"mrope_section[\"']\s*,\s*\[([\d,\s]+)\]", source)
+    return [int(x) for x in m.group(1).split(",") if x.strip()] if m else None
+
+
+def _config_kwargs(obj: Any, merged: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """The merged dict less what the config class derives from its fields (`merged_hidden_size`, counts
+    read off a layer pattern, ...): left in, a derived value would keep the full-size default."""
+    import dataclasses  # noqa: PLC0415
+
+    from transformers import PretrainedConfig  # noqa: PLC0415
+
+    names = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else None
+    out = {}
+    for k, v in merged.items():
+        sub = vars(obj).get(k)  # not getattr: per-layer configs refuse reads of their per-layer attributes
+        if isinstance(sub, PretrainedConfig) and isinstance(v, Mapping):
+            sub_over = over.get(k)
+            out[k] = _config_kwargs(sub, v, sub_over if isinstance(sub_over, Mapping) else {})
+        elif names is None or k in names or k in over or k == "model_type":  # a parent picks a sub-config's class by it
+            out[k] = v
+    return out
+
+
+def tiny_config(
+    cls: Any, config_class: Any, family: Family, architecture: str, tokens: tuple[int, int | None, int | None]
+) -> tuple[Any, dict[str, Any], list[str]]:
+    """The tiny config for one architecture; tokens is (vocab, eos, pad) of the tokenizer."""
+    vocab, eos, pad = tokens
+    default = config_class()
+    defaults = default.to_dict()
+    over, notes = shrink_overrides(
+        defaults, vocab, eos=eos, pad=pad, architecture=architecture, mrope=mrope_default(cls)
+    )
+    if "moe" in family.kinds:
+        over = deep_merge(over, moe_overrides(defaults))
+    if "mtp" in family.kinds:
+        over = deep_merge(over, mtp_overrides(defaults))
+    merged = deep_merge(defaults, over)
+    for k in ("transformers_version", "_name_or_path", "architectures", "model_type"):
+        merged.pop(k, None)
+    merged["dtype"] = "bfloat16"
+    config = config_class(**_config_kwargs(default, merged, over))
+    config.architectures = [architecture]
+    return config, over, notes
+
+
+def _mtp_count(config: Any) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for holder in (text, config):
+        for k in MTP_COUNT_KEYS:
+            if _is_int(getattr(holder, k, None)):
+                return int(getattr(holder, k))
+    return 0
+
+
+def _saved_state(model: Any) -> dict[str, Any]:
+    """The tensors `model.save_pretrained` writes, under the names it writes them."""
+    import tempfile  # noqa: PLC0415
+
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        state: dict[str, Any] = {}
+        for shard in sorted(Path(tmp).glob("*.safetensors")):
+            state.update(load_file(shard))
+    return state
+
+
+def mtp_tensors(cls: Any, config: Any, architecture: str) -> dict[str, Any]:
+    """MTP weights under the checkpoint's own names: each MTP layer is a decoder layer built by the model
+    class itself (one more layer in the stack, of the stack's last kind), plus the fusion projection and
+    norms that MTP adds. Empty when the architecture's naming is not known here."""
+    import copy  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    naming = MTP_NAMING.get(architecture)
+    count = _mtp_count(config)
+    if naming is None or count == 0:
+        return {}
+    big = copy.deepcopy(config)
+    text = big.get_text_config() if hasattr(big, "get_text_config") else big
+    layers = text.num_hidden_layers
+    text.num_hidden_layers = layers + count
+    for k in _per_layer_keys(text.to_dict(), layers):
+        seq = getattr(text, k)
+        setattr(text, k, seq + seq[-1:] * count)
+    torch.manual_seed(1)
+    # through save_pretrained, not state_dict(): transformers 5 keeps MoE experts fused in memory
+    # (`mlp.experts.gate_up_proj`) and writes the checkpoint's own per-expert names on save, so MTP
+    # layers taken from a state_dict came out fused beside per-expert decoder layers, and Bridge's
+    # GLM-4.5 bridge, deciding fused from any match, asked for `model.layers.1.mlp.experts.gate_up_proj`
+    # (H200, 2026-12-03)
+    state = _saved_state(cls(big).to(torch.bfloat16))
+    layer_re = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<i>\d+)\.(?P<rest>.+)$")
+    norm_key = next(k for k in state if re.search(r"(^|\.)norm\.weight$", k) and "layers." not in k)
+    hidden = state[norm_key].shape[0]
+    out: dict[str, Any] = {}
+    for key, tensor in state.items():
+        m = layer_re.match(key)
+        if not m or int(m["i"]) < layers or "visual" in key or "vision" in key or "audio" in key:
+            continue
+        i = int(m["i"]) - layers
+        name = f"{m['prefix']}.{m['i']}.{m['rest']}" if naming == "layers" else f"mtp.layers.{i}.{m['rest']}"
+        out[name] = tensor.clone()
+    gen = torch.Generator().manual_seed(2)
+    for i in range(count):
+        proj = (torch.randn(hidden, 2 * hidden, generator=gen) * 0.02).to(torch.bfloat16)
+        norm = state[norm_key].clone()
+        if naming == "layers":
+            prefix = next(m["prefix"] for k in state if (m := layer_re.match(k)) and "visual" not in k)
+            base = f"{prefix}.{layers + i}"
+            out.update(
+                {
+                    f"{base}.eh_proj.weight": proj,
+                    f"{base}.enorm.weight": norm.clone(),
+                    f"{base}.hnorm.weight": norm.clone(),
+                    f"{base}.shared_head.norm.weight": norm.clone(),
+                }
+            )
+        elif i == 0:
+            out.update(
+                {
+                    "mtp.fc.weight": proj,
+                    "mtp.pre_fc_norm_embedding.weight": norm.clone(),
+                    "mtp.pre_fc_norm_hidden.weight": norm.clone(),
+                    "mtp.norm.weight": norm.clone(),
+                }
+            )
+    return out
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    """The config and every config nested in it (text, vision, audio, thinker, ...)."""
+    from transformers import PretrainedConfig  # noqa: PLC0415
+
+    found = [config]
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig):
+            found.extend(_sub_configs(value))
+    return found
+
+
+def vision_geometry(config: Any) -> dict[str, int]:
+    """The patch geometry the vision tower is built with, as image and video processors name it: a processor
+    at its class defaults cuts 14-pixel patches for a tower built on 16 (a tiny Qwen3-VL in vLLM: "shape
+    '[40960, -1, 2, 16, 16]' is invalid"), so the processor is built to the tower's sizes."""
+    vision = getattr(config, "vision_config", None)
+    names = (
+        ("patch_size", "patch_size"),
+        ("temporal_patch_size", "temporal_patch_size"),
+        ("spatial_merge_size", "merge_size"),
+    )
+    found: dict[str, Any] = {ours: getattr(vision, theirs, None) for theirs, ours in names}
+    return {k: int(v) for k, v in found.items() if _is_int(v)}
+
+
+def _built(cls: Any, sizes: Mapping[str, int]) -> Any:
+    try:
+        return cls(**sizes)
+    except TypeError:  # a processor without these settings (an audio feature extractor)
+        return cls()
+
+
+def _processor_parts(
+    model_type: str, proc_cls: Any, tokenizer: Any, sizes: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    import transformers  # noqa: PLC0415
+    from transformers.models.auto import (  # noqa: PLC0415
+        feature_extraction_auto,
+        image_processing_auto,
+        video_processing_auto,
+    )
+
+    tables = {
+        "image_processor": lambda: image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES,
+        "video_processor": lambda: video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES,
+        "feature_extractor": lambda: feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
+    }
+    parts: dict[str, Any] = {}
+    for attr in proc_cls.get_attributes():
+        if attr == "tokenizer":
+            parts[attr] = tokenizer
+            continue
+        names = tables[attr]().get(model_type)
+        names = names.values() if isinstance(names, Mapping) else ([names] if isinstance(names, str) else names or [])
+        name = next(n for n in names if n)
+        cls = getattr(transformers, name)
+        parts[attr] = _built(cls, sizes or {}) if attr in ("image_processor", "video_processor") else cls()
+    return parts
+
+
+def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
+    """Give every image/video/audio token id of the config a token of its own in the tokenizer, named as the
+    architecture's processor names it (`<|image_pad|>`, `<start_of_image>`, ...) or, where no processor
+    could be built, `<|stem|>` after the config key (`vision_start_token_id` -> `<|vision_start|>`, Qwen's
+    own spelling). Returns the processor when it could be built (it needs the image libraries the node
+    has), else None; the config is updated in place."""
+    import transformers  # noqa: PLC0415
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES  # noqa: PLC0415
+
+    processor = None
+    named: dict[str, str] = {}
+    proc_name = PROCESSOR_MAPPING_NAMES.get(config.model_type)
+    try:
+        proc_cls = getattr(transformers, str(proc_name))
+        processor = proc_cls(**_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config)))
+        named = {
+            a[: -len("_token")]: getattr(processor, a)
+            for a in dir(processor)
+            if a.endswith("_token") and isinstance(getattr(processor, a, None), str)
+        }
+    except Exception as exc:  # the processor is a convenience; the tokens below are what matters
+        notes.append(f"processor {proc_name or '(none)'} not written: {_one_line(exc)[:160]}")
+        processor = None
+    real = len(tokenizer)
+    changed = {}
+    for sub in _sub_configs(config):
+        for key, value in list(vars(sub).items()):
+            if not (key.endswith(("_token_id", "_token_index")) and _is_int(value)) or key in SPECIAL_TOKEN_KEYS:
+                continue
+            if value < real:
+                continue
+            stem = key.rsplit("_token", 1)[0]
+            text = named.get(stem) or f"<|{stem}|>"
+            if tokenizer.convert_tokens_to_ids(text) in (None, tokenizer.unk_token_id):
+                tokenizer.add_special_tokens({"additional_special_tokens": [text]}, replace_extra_special_tokens=False)
+            setattr(sub, key, tokenizer.convert_tokens_to_ids(text))
+            changed[key] = text
+    if changed:
+        notes.append("tokens: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+    if processor is not None:  # rebuilt so that it reads the ids of the tokens just added
+        proc_cls = type(processor)
+        processor = proc_cls(**_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config)))
+    return processor
+
+
+def _write_mtp(cls: Any, config: Any, architecture: str, out: Path, res: Result) -> None:
+    from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+    extra = mtp_tensors(cls, config, architecture)
+    if not extra:
+        res.notes.append("mtp: config count set, no MTP weights (naming of this checkpoint not known here)")
+        return
+    weights = out / "model.safetensors"
+    state = load_file(weights)
+    state.update(extra)
+    save_file(state, weights, metadata={"format": "pt"})
+    res.params += sum(t.numel() for t in extra.values())
+    res.notes.append(f"mtp: {len(extra)} tensors in the {MTP_NAMING[architecture]!r} naming")
+
+
+def _extra_files(architecture: str, out: Path) -> None:
+    import torch  # noqa: PLC0415
+
+    if architecture == "Qwen2_5OmniForConditionalGeneration":
+        # its from_pretrained loads the talker's speaker table whether or not the talker exists
+        torch.save({}, out / "spk_dict.pt")
+
+
+def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path) -> Result:
+    import torch  # noqa: PLC0415
+    from transformers import AutoTokenizer, GenerationConfig  # noqa: PLC0415
+
+    res = Result(family.name, architecture, list(family.kinds), borrowed_from=family.borrowed_from)
+    cls, config_class = resolve(architecture)
+    res.found = cls is not None
+    if cls is None:
+        res.error = f"{architecture} is not in transformers (its bridge needs the checkpoint's remote code)"
+        return res
+    if config_class is None:
+        res.error = f"{architecture} has no config_class in transformers"
+        return res
+    res.config_class = config_class.__name__
+    out = out_root / family.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        role_notes: list[str] = []
+        add_role_tokens(str(getattr(config_class, "model_type", "")), tokenizer, role_notes)
+        vocab = padded_vocab(len(tokenizer))
+        tokens = (vocab, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        config, res.overrides, res.notes = tiny_config(cls, config_class, family, architecture, tokens)
+        res.notes += role_notes
+        processor = multimodal_tokens(config, tokenizer, res.notes) if "vlm" in family.kinds else None
+        if len(tokenizer) > vocab:
+            raise ValueError(f"the tokenizer grew to {len(tokenizer)} tokens, past the {vocab} embedding rows")
+        torch.manual_seed(0)
+        model = cls(config).to(torch.bfloat16)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        model.save_pretrained(out, safe_serialization=True)
+        res.params = sum(p.numel() for p in model.parameters())
+        if "mtp" in family.kinds:
+            _write_mtp(cls, config, architecture, out, res)
+        GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
+        if processor is not None:
+            processor.save_pretrained(out)
+        elif len(tokenizer) > len(AutoTokenizer.from_pretrained(tokenizer_dir)):
+            tokenizer.save_pretrained(out)
+        else:
+            for name in TOKENIZER_FILES:
+                if (tokenizer_dir / name).is_file():
+                    shutil.copy2(tokenizer_dir / name, out / name)
+        _extra_files(architecture, out)
+        res.mb = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20, 2)
+        if res.mb > MAX_MB:
+            res.error = f"{res.mb} MB on disk, over the {MAX_MB:g} MB limit"
+            return res
+        res.ok = True
+    except Exception as exc:  # one family's failure is a row of the report, not the end
+        res.error = _one_line(exc)
+    return res

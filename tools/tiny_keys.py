@@ -1,0 +1,240 @@
+"""The tiny sizes and the config keys they apply to, for tools/make_tiny_model.py.
+
+Why a module of its own: these numbers and names are the whole policy of what "tiny" means (how wide,
+how deep, how many experts, which keys carry each of them across transformers' config classes, and the
+few per-architecture values no generic rule can express); the shrink rules (tiny_shrink.py) and the
+builder (tiny_build.py) only apply them. Also the families of matrix.yaml the tool builds. Standard
+library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# --- the tiny sizes ------------------------------------------------------------------------------------
+# hidden 256 over 4 heads gives head_dim 64, which every attention kernel on the node takes (vLLM's
+# FlashAttention/FlashInfer, TE's fused attention); GQA keeps 2 KV heads so query groups stay > 1.
+HIDDEN = 256
+INTERMEDIATE = 512
+MOE_INTERMEDIATE = 128
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = 64
+EXPERTS = 8
+TOP_K = 2
+MAX_POSITIONS = 2048
+MIN_LAYERS = 2
+MAX_LAYERS = 8
+Q_LORA_RANK = 128
+LINEAR_KEY_HEADS = 2
+LINEAR_VALUE_HEADS = 4
+MAMBA_HEADS = 8
+MAX_MB = 30.0
+# encoder towers (vision, audio) at half the width: their patch mergers and projectors grow with the square
+# of it; what they hand the language model (out_hidden_size, output_dim) stays at HIDDEN
+TOWER_HIDDEN = 128
+TOWER_INTERMEDIATE = 256
+TOWER_HEADS = 2
+TOWER_NAMES = ("vision", "visual", "audio", "speech", "encoder")
+LM_FACING_KEYS = ("out_hidden_size", "output_dim")
+
+# --- config attribute names the generic rules act on -----------------------------------------------------
+LAYER_KEYS = ("num_hidden_layers", "depth", "encoder_layers", "decoder_layers")
+HIDDEN_KEYS = ("hidden_size", "d_model", "out_hidden_size", "output_dim", "thinker_hidden_size", "embedding_size")
+INTERMEDIATE_KEYS = (
+    "intermediate_size",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "dense_intermediate_size",
+    "shared_intermediate_size",
+    "projector_hidden_size",
+)
+MOE_INTERMEDIATE_KEYS = (
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "moe_shared_expert_intermediate_size",
+    "share_expert_dim",
+)
+HEAD_KEYS = (
+    "num_attention_heads",
+    "num_heads",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "num_sliding_attention_heads",
+    "index_n_heads",
+)
+HEAD_DIM_KEYS = ("head_dim", "global_head_dim", "query_pre_attn_scalar")
+EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "top_k_experts", "moe_top_k")
+SHARED_EXPERT_KEYS = ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts")
+ROUTING_GROUP_KEYS = ("n_group", "topk_group")
+MAMBA_HEAD_KEYS = ("mamba_num_heads", "mamba_n_heads")
+MAMBA_HEAD_DIM_KEYS = ("mamba_head_dim", "mamba_d_head")
+MAMBA_GROUP_KEYS = ("n_groups", "mamba_n_groups")
+VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input")
+# scalars that name a layer index or count inside the stack; they must stay inside the shrunk stack
+LAYER_INDEX_SCALARS = ("max_window_layers", "moe_layer_end_index", "accept_hidden_layer")
+INDEX_LIST_SUFFIXES = ("_indexes", "_indices", "_layers", "_layer_ids")
+SPECIAL_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+# Where a config names no count of MTP layers, the key its bridge reads (Megatron-Bridge reads
+# `mtp_num_hidden_layers` for Qwen3-Next and Qwen3.5, whose transformers configs do not declare it).
+MTP_COUNT_KEY_DEFAULT = "mtp_num_hidden_layers"
+
+# How each architecture's released checkpoint names its MTP weights (transformers drops them, so this is
+# the one thing only the checkpoint format tells): "layers" appends them to the decoder stack as
+# layers.{L+i} with enorm/hnorm/eh_proj/shared_head.norm (DeepSeek-V3's format); "mtp" keeps them under a
+# top-level mtp.* with fc/pre_fc_norm_embedding/pre_fc_norm_hidden/norm (Qwen3-Next's format). An MTP
+# family missing here gets its config's MTP count but no weights, and the report says so.
+MTP_NAMING = {
+    "DeepseekV3ForCausalLM": "layers",
+    "Glm4MoeForCausalLM": "layers",
+    "Glm4MoeLiteForCausalLM": "layers",
+    "GlmMoeDsaForCausalLM": "layers",
+    "HYV3ForCausalLM": "layers",
+    "Qwen3NextForCausalLM": "mtp",
+    "Qwen3_5ForCausalLM": "mtp",
+    "Qwen3_5MoeForCausalLM": "mtp",
+    "Qwen3_5ForConditionalGeneration": "mtp",
+    "Qwen3_5MoeForConditionalGeneration": "mtp",
+    "ExaoneMoeForCausalLM": "mtp",
+}
+
+# Per-architecture overrides, merged over the generic shrink, only where a generic rule cannot work.
+ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
+    # transformers' default leaves sliding_window unset, yet the forward builds a sliding-window mask for
+    # every Step-3.7 model, even one whose layers are all full attention (as the default's are): any
+    # window will do, and 512 keeps it inside the 2048 positions
+    "Step3p7ForConditionalGeneration": {"text_config": {"sliding_window": 512}},
+    # The omni models' talker and vocoder speak; verl trains the thinker (Bridge's omni providers build the
+    # thinker, vLLM's thinker-only model ignores the rest), and the vocoder's convolution stacks are sized
+    # by lists no generic rule can shrink (245 MB left in)
+    "Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False},
+    "Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False},
+    # Keys the released checkpoints' config.json carry and transformers' class leaves out, which vLLM
+    # 0.24 reads (each found by a Level 0 run on the H200, 2026-12-03, that stopped in vLLM without it):
+    # DeepSeek-V2 routes with grouped top-k (V2-Lite: one group, top-1 group)
+    "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},
+    # DeepSeek-V3 routes with sigmoid scores and a score-correction bias (topk_method "noaux_tc"); vLLM
+    # builds gate.e_score_correction_bias only for that method, and Bridge exports it ("KeyError:
+    # 'layers.1.mlp.gate.e_score_correction_bias'" in vLLM's load_weights, H200, 2026-12-03)
+    "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    # GLM-4.7-Flash: the dense lead layer count (mlp_layer_types of the tiny model starts with one)
+    "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},
+    # GLM-4.5: vLLM's Glm4MoeAttention reads config.head_dim, which Glm4MoeConfig leaves out (128 in the
+    # release's config.json; "'Glm4MoeConfig' object has no attribute 'head_dim'", H200, 2026-12-03)
+    "Glm4MoeForCausalLM": {"head_dim": HEAD_DIM},
+    # MiniMax-M2 rotates half of each head (rotary_dim 64 of head_dim 128 in the release; 32 of 64 here)
+    # and routes with sigmoid scores, which vLLM's MoE layer reads as `scoring_func`
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 32, "scoring_func": "sigmoid"},
+    # EXAONE 4.0-1.2B ties its embeddings, and Bridge's EXAONE 4 bridge maps no lm_head: transformers'
+    # default (untied) gives Megatron an output layer nothing loads ("No mapping found for megatron_param:
+    # output_layer.weight", then AttributeError in load_weights_hf_to_megatron; H200, 2026-12-03)
+    "Exaone4ForCausalLM": {"tie_word_embeddings": True},
+    # Hy3 (Hunyuan V3): Bridge builds moe_layer_freq from the dense lead layer count
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1},
+    # GLM-4.5V: Bridge's provider takes kv_channels from the text config's head_dim (128 in the release)
+    # and reads text_config.use_qk_norm, which the text config class leaves out (GLM-4.5V is built on
+    # GLM-4.5-Air, which has no QK norm; "'Glm4vMoeTextConfig' object has no attribute 'use_qk_norm'")
+    "Glm4vMoeForConditionalGeneration": {"text_config": {"head_dim": HEAD_DIM, "use_qk_norm": False}},
+    # The next three: Bridge's provider_bridge reads a key the release's config.json carries and
+    # transformers 5.17's class keeps elsewhere or not at all (each stopped a Level 0 cell, H200, 2026-12-03).
+    # GLM-5's DSA indexer rotates non-interleaved unless the config says so (vLLM's default, False)
+    "GlmMoeDsaForCausalLM": {"indexer_rope_interleave": False},
+    # MiMo-V2-Flash: Bridge takes (sliding-window, global) RoPE bases from swa_rope_theta and rope_theta;
+    # transformers keeps them in rope_parameters (10k sliding, 5M full attention)
+    "MiMoV2FlashForCausalLM": {"swa_rope_theta": 10000.0, "rope_theta": 5000000.0},
+    # DeepSeek-V4: Bridge reads the compressed attention's YaRN factor and original length from
+    # rope_parameters["compress"] (16 and 65536 in the release, per Bridge's own comments)
+    "DeepseekV4ForCausalLM": {
+        "rope_parameters": {
+            "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.125},
+            "compress": {
+                "rope_type": "yarn",
+                "rope_theta": 160000.0,
+                "partial_rotary_factor": 0.125,
+                "factor": 16.0,
+                "original_max_position_embeddings": 65536,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+            },
+        }
+    },
+    # Qwen2.5-VL: Bridge's provider keeps the release's M-RoPE split (16, 24, 24) whatever the config says,
+    # so the rotary half must stay 64: heads of 128 (two query heads, one KV head, over hidden 256); with
+    # 64-wide heads Bridge's rotary split fails ("split_sizes=[16, 24, 24, 16, 24, 24]" of 64, H200 run)
+    "Qwen2_5_VLForConditionalGeneration": {
+        "text_config": {
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+        }
+    },
+    # Ministral 3's text model is `ministral3` (YaRN with Llama-4 attention scaling), not Mistral 3's
+    # default `mistral`: Bridge's provider reads rope_parameters["llama_4_scaling_beta"]
+    "Mistral3ForConditionalGeneration": {
+        "text_config": {
+            "model_type": "ministral3",
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 16.0,
+                "original_max_position_embeddings": 16384,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale_all_dim": 1.0,
+                "mscale": 1.0,
+                "llama_4_scaling_beta": 0.1,
+            },
+        }
+    },
+}
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+class UsageError(Exception):
+    """Bad input: the CLI prints it on one line and exits 2."""
+
+
+# --- matrix families ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    architectures: tuple[str, ...]
+    model: str
+    kinds: tuple[str, ...]
+    borrowed_from: str | None = None  # a family without architectures runs another family's
+
+
+def load_families(matrix: Mapping[str, Any]) -> dict[str, Family]:
+    """Families of a parsed matrix.yaml. One without `architectures` (a provider-only directory) takes those
+    of the first family that runs the same `model`, which is the checkpoint its cells run."""
+    raw = matrix.get("families") or {}
+    by_model: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for name, f in raw.items():
+        archs = tuple(f.get("architectures") or ())
+        if archs and f.get("model") not in by_model:
+            by_model[f.get("model")] = (name, archs)
+    out = {}
+    for name, f in raw.items():
+        kinds = tuple(k for k in ("moe", "mtp", "vlm") if f.get(k))
+        archs = tuple(f.get("architectures") or ())
+        borrowed = None
+        if not archs and f.get("model") in by_model:
+            borrowed, archs = by_model[f["model"]]
+        out[name] = Family(name, archs, str(f.get("model", "")), kinds, borrowed)
+    return out
