@@ -61,6 +61,11 @@ def test_only_assignments_before_verls_overrides_count() -> None:
         "sequence_parallel",
     )
     assert overrides.overridden(path, ["        tensor_model_parallel_size=2,"], ("provider_bridge",))
+    # verl's MTP check drops the MTP block or passes its own factor: a bridge's factor never trains
+    qwen35 = "src/megatron/bridge/models/qwen/qwen35_bridge.py"
+    assert overrides.overridden(qwen35, ["        provider.mtp_loss_scaling_factor = 0.3"], ("_apply",)) == (
+        "mtp_loss_scaling_factor",
+    )
     # finalisation runs after the overrides; a provider's own methods and helpers may too
     assert overrides.overridden(path, ["        self.sequence_parallel = False"], ("finalize",)) == ()
     assert overrides.overridden(path, ["    config.expert_tensor_parallel_size = 1"], ("_set_default",)) == ()

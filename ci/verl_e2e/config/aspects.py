@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 from verl_e2e.config.globs import PathSet
@@ -58,6 +59,7 @@ class Aspect:
     architecture: str | None = None  # a kind only some families have: shared code runs on that kind's family
     lines: str = "all"  # "added": only the lines added to a file that existed
     unless_ran_at: int | None = None  # not when a recorded cell of this level ran every changed function
+    when_ran: bool = False  # only where a recorded cell ran the changed code
 
 
 def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspect, ...]:
@@ -72,7 +74,10 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
         levels, kind = frozenset(node["levels"]), node.get("kind", "all")
         strings, arch = node.get("strings", True), node.get("architecture")
         lines, ran_at = node.get("lines", "all"), node.get("unless_ran_at")
-        out.append(Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines, ran_at))
+        when_ran = bool(node.get("when_ran", False))
+        out.append(
+            Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines, ran_at, when_ran)
+        )
     return tuple(out)
 
 
@@ -144,9 +149,12 @@ def find(
     lines: Iterable[str],
     scopes: Sequence[str],
     added: Sequence[str] | None = None,
+    *,
+    removed: Sequence[str] = (),
 ) -> list[Hit]:
     """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes
-    (`added`: the lines the change adds to a file that existed, for aspects that read only those).
+    (`added`: the lines the change adds to a file that existed, for aspects that read only those;
+    `removed`: the lines it takes away, which `rewritten` aspects compare them with).
 
     With RE2, one set match per text says which aspects can fire, and only those are searched for
     the term: a 3,000-file diff stays well under a second."""
@@ -159,9 +167,14 @@ def find(
         if id(aspect) not in maybe or (aspect.paths is not None and not aspect.paths.matches(path)):
             continue
         text = code if aspect.strings else bare
-        if aspect.lines == "added":
+        if aspect.lines != "all":
             text = "\n".join(code_lines(added or ()))
             text = text if aspect.strings else _STRING.sub('""', text)
+        if aspect.lines == "rewritten":
+            term = rewritten(aspect.pattern, code_lines(removed), code_lines(added or ()))
+            if term is not None:
+                hits.append(Hit(aspect, term, "changed lines"))
+            continue
         m = aspect.pattern.search(text)
         if m:
             hits.append(Hit(aspect, m.group(0), "changed lines"))
@@ -171,3 +184,31 @@ def find(
             scope = names[names.rfind("\n", 0, m.start()) + 1 : (names.find("\n", m.end()) + 1 or len(names) + 1) - 1]
             hits.append(Hit(aspect, m.group(0), f"name of {scope}, which encloses the change"))
     return hits
+
+
+def rewritten(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
+    """The first match of `pattern` in an added line whose expression the change rewrote: the text the
+    match opens (a call's arguments, a subscript) overlaps what differs from the most similar removed
+    line. `torch.cat((q, k, v))` that only gains `.contiguous()` after it is not a rewritten concatenation;
+    `torch.cat([up, gate])` from `torch.cat([gate, up])` is. An added line like no removed one is new."""
+    for line in added:
+        old = max(removed, key=lambda r: SequenceMatcher(None, r, line).ratio(), default="")
+        matcher = SequenceMatcher(None, old, line)
+        spans = [(j1, j2) for op, _, _, j1, j2 in matcher.get_opcodes() if op != "equal"]
+        if matcher.ratio() < 0.5:
+            spans = [(0, len(line))]
+        for m in pattern.finditer(line):
+            reach = _reach(line, m.start(), m.end())
+            if any((a < reach and b > m.start()) or (a == b and m.start() <= a <= reach) for a, b in spans):
+                return str(m.group(0))
+    return None
+
+
+def _reach(line: str, start: int, end: int) -> int:
+    """Where the expression a match opens ends: past the bracket it leaves open, else the match's end."""
+    depth = sum(1 if c in "([" else -1 if c in ")]" else 0 for c in line[start:end])
+    pos = end
+    while depth > 0 and pos < len(line):
+        depth += 1 if line[pos] in "([" else -1 if line[pos] in ")]" else 0
+        pos += 1
+    return pos

@@ -39,6 +39,9 @@ VERL_OVERRIDES = frozenset(
         "bf16",
         "pipeline_dtype",
         "autocast_dtype",
+        # check_mtp_config (utils/megatron_utils.py): with MTP off it drops the MTP block (the factor then
+        # scales nothing); with MTP on it always passes verl's own mtp.mtp_loss_scaling_factor
+        "mtp_loss_scaling_factor",
     }
 )
 # the LoRA fields verl's create_peft call always passes (hf_model.yaml `lora`: rank as dim, alpha, dropout,

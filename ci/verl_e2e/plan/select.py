@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from verl_e2e.config.aspects import find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import bodies, branch_levels, collector, layout, overrides, quiet, unrun
+from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, overrides, quiet, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.runtime import Ran, cheapest
@@ -68,7 +68,7 @@ class _Scan:
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
-            unbuilt = unbuilt or _overridden(self.found, file)
+            unbuilt = unbuilt or gated.closed(matrix, file, ran) or _overridden(self.found, file)
             ran_it = not file.cosmetic and not file.log_only and unbuilt is None and self._executed(file)
             if group is not None and not ran_it:
                 _ignored(self.found, group, file)
@@ -120,7 +120,8 @@ class _Scan:
             _undecided_aspects(self.matrix, file, self.found)
             return False
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
-        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added)
+        removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
+        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added, removed=removed)
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
         for hit in hits:

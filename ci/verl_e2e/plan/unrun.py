@@ -124,10 +124,23 @@ def build_values_only(file: ChangedFile) -> bool:
     return bool(names) and not file.module_level and all(n.endswith(".provider_bridge") for n in names)
 
 
+def _ran_code_changed(file: ChangedFile, ran: Sequence[Ran]) -> bool:
+    """A recorded cell ran the code the change sits in. With a diff alone a hunk header names the def
+    above a hunk, so a hunk that only adds lines (a new method or mapping below it) counts only where
+    the change also rewrites or removes a line of existing code."""
+    lines = file.diff_lines or ()
+    if file.functions is None and not code_lines(lines[: len(lines) - len(file.added_at)]):
+        return False
+    return bool(recorded_hits(ran, file)[0])
+
+
 def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[list[Hit], str | None]:
     """The aspect hits that select a level: not one whose `unless_ran_at` level already ran the changed
-    functions, nor a Level 5 one for an inner function its installer never installed (with the note)."""
+    functions, nor a `when_ran` one for code no recorded cell ran, nor a Level 5 one for an inner function
+    its installer never installed (with the note)."""
     hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, ran)]
+    if any(h.aspect.when_ran for h in hits) and not _ran_code_changed(file, ran):
+        hits = [h for h in hits if not h.aspect.when_ran]  # code no recorded cell ran: new, or never reached
     if build_values_only(file):
         hits = [h for h in hits if h.aspect.kind != "custom"]
     never = never_ran(file, ran)

@@ -1,0 +1,98 @@
+"""Two readings of what a change does that a word or a path cannot give: a Bridge function verl calls
+only under a setting no level turns on (gated.py), and a weight mapping's index arithmetic in code the
+recorded cells converted weights through (the `weight-layout` aspect, Level 5)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from verl_e2e.config.aspects import rewritten
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import runtime, surface
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.select import select
+
+TRAIN_UTILS = "src/megatron/bridge/training/utils/train_utils.py"
+MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
+
+
+def _inside(path: str, function: str, removed: str, added: str) -> ChangedFile:
+    """A one-line rewrite inside `function`, as `plan --repo` reads it (exact scopes from both ASTs)."""
+    return ChangedFile(
+        path,
+        diff_lines=(removed, added),
+        scopes=(function,),
+        module_level=False,
+        functions=(function,),
+        added_at=(90,),
+        base_lines=(90,),
+    )
+
+
+def test_a_change_only_in_freeze_moe_router_runs_no_cell_and_says_which_setting(matrix: Matrix) -> None:
+    change = _inside(TRAIN_UTILS, "freeze_moe_router", '-    freeze(router, "bias")', "+    pass")
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert plan.levels == (), plan.levels
+    said = " ".join(plan.unexecuted)
+    assert TRAIN_UTILS in said and "freeze_moe_router" in said, said
+
+
+def test_a_level_that_sets_the_option_runs_it(matrix: Matrix) -> None:
+    """The gate reads the matrix: a variant that turns the router freeze on makes the change a change."""
+    level0 = matrix.levels[0]
+    opened = replace(
+        level0, args=(*level0.args, "++actor_rollout_ref.model.override_config.moe_config.freeze_moe_router=True")
+    )
+    wider = replace(matrix, levels={**matrix.levels, 0: opened})
+    change = _inside(TRAIN_UTILS, "freeze_moe_router", '-    freeze(router, "bias")', "+    pass")
+    plan = select(wider, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 0 in plan.levels, plan.levels
+
+
+def test_a_function_beside_the_gated_one_is_planned_as_before(matrix: Matrix) -> None:
+    change = _inside(TRAIN_UTILS, "make_value_model", "-    x = 1", "+    x = 2")
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 0 in plan.levels, plan.levels
+
+
+def test_reordered_rows_in_a_mapping_the_cells_ran_get_the_learning_signal_level(matrix: Matrix) -> None:
+    change = _inside(
+        MAPPING,
+        "split_qkv_weights",
+        "-    k_slice = torch.arange(total - 2, dim, total)",
+        "+    k_slice = torch.arange(total - 1, dim, total)",
+    )
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 5 in plan.levels and "aspect:weight-layout" in {r.rule for r in plan.reasons[5]}, plan.reasons
+
+
+def test_the_same_arithmetic_in_code_no_cell_ran_gets_no_level5(matrix: Matrix) -> None:
+    """A mapping no recorded cell converted through (a new model's own) is Level 0's and 4's to build."""
+    change = _inside(
+        MAPPING,
+        "split_brand_new_weights",
+        "-    k_slice = torch.arange(total - 2, dim, total)",
+        "+    k_slice = torch.arange(total - 1, dim, total)",
+    )
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 5 not in plan.levels, plan.reasons
+
+
+CAT = re.compile(r"\btorch\.(cat|arange)\(")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fires"),
+    [
+        ('    w = torch.cat([h["gate"], h["up"]], dim=0)', '    w = torch.cat([h["up"], h["gate"]], dim=0)', True),
+        ("    k = torch.arange(n - 2, d, n)", "    k = torch.arange(n - 1, d, n)", True),
+        ("    return torch.cat((q, k, v), dim=0)", "    return torch.cat((q, k, v), dim=0).contiguous()", False),
+        ("    out = torch.cat(parts, dim=0)", "    out = torch.cat(parts, dim=0)  # keep", False),
+        ("    x = 1", "    y = torch.cat(parts, dim=0)", True),  # a line like no removed one is new
+    ],
+)
+def test_a_rewritten_expression_is_one_whose_own_text_changed(old: str, new: str, fires: bool) -> None:
+    assert (rewritten(CAT, [old], [new]) is not None) is fires
