@@ -26,7 +26,7 @@ def _load() -> ModuleType:
 
 
 mtm = _load()
-shrink, builder = sys.modules["tiny_shrink"], sys.modules["tiny_build"]  # its helpers, on the tool's path
+shrink, builder = sys.modules["tiny_shrink"], sys.modules["tiny_processor"]  # its helpers, on the tool's path
 
 
 # --- pure rules: no torch ---------------------------------------------------------------------------------
@@ -445,3 +445,12 @@ def test_the_processor_is_cut_to_the_vision_towers_patches(built: tuple[Path, di
     }
     assert sizes["patch_size"] == 16
     assert builder.vision_geometry(AutoConfig.from_pretrained(out / "qwen")) == {}
+
+
+def test_the_feature_extractor_makes_the_mel_bins_the_audio_tower_takes() -> None:
+    """Whisper's extractor at its defaults made 80 bins for Qwen2-Audio's 128-bin tower in vLLM ("expected
+    input[10, 80, 3000] to have 128 channels", eighth batch)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen2AudioConfig(audio_config={"num_mel_bins": 128})
+    assert builder.audio_geometry(config) == {"feature_size": 128}
+    assert builder.audio_geometry(transformers.Qwen2Config()) == {}

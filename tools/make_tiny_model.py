@@ -41,8 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_build import Result, _one_line, build, mrope_default, resolve  # noqa: E402
-from tiny_keys import Family, UsageError, load_families  # noqa: E402
+from tiny_build import Result, build, mrope_default, resolve  # noqa: E402
+from tiny_keys import Family, UsageError, _one_line, load_families  # noqa: E402
 from tiny_shrink import (  # noqa: E402
     deep_merge,
     moe_overrides,

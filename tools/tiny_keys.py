@@ -238,3 +238,10 @@ def load_families(matrix: Mapping[str, Any]) -> dict[str, Family]:
             borrowed, archs = by_model[f["model"]]
         out[name] = Family(name, archs, str(f.get("model", "")), kinds, borrowed)
     return out
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception as one line: its type and the most specific line of its message."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    detail = lines[-1] if lines and lines[0].endswith(":") else " ".join(lines)
+    return f"{type(exc).__name__}: {detail}"[:300]

@@ -1,0 +1,147 @@
+"""The processor side of a tiny multimodal model, for tools/make_tiny_model.py (tiny_build.py builds it).
+
+vLLM loads a multimodal model's processor even for text prompts, and the processor has to agree with the
+towers the shrink built (patch size, merge size, mel bins) and with the tokenizer (a token for every
+image/video/audio id of the config). transformers is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_keys import SPECIAL_TOKEN_KEYS, _one_line
+from tiny_shrink import _is_int
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    """The config and every config nested in it (text, vision, audio, thinker, ...)."""
+    from transformers import PretrainedConfig  # noqa: PLC0415
+
+    found = [config]
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig):
+            found.extend(_sub_configs(value))
+    return found
+
+
+def vision_geometry(config: Any) -> dict[str, int]:
+    """The patch geometry the vision tower is built with, as image and video processors name it: a processor
+    at its class defaults cuts 14-pixel patches for a tower built on 16 (a tiny Qwen3-VL in vLLM: "shape
+    '[40960, -1, 2, 16, 16]' is invalid"), so the processor is built to the tower's sizes."""
+    vision = getattr(config, "vision_config", None)
+    names = (
+        ("patch_size", "patch_size"),
+        ("temporal_patch_size", "temporal_patch_size"),
+        ("spatial_merge_size", "merge_size"),
+    )
+    found: dict[str, Any] = {ours: getattr(vision, theirs, None) for theirs, ours in names}
+    return {k: int(v) for k, v in found.items() if _is_int(v)}
+
+
+def audio_geometry(config: Any) -> dict[str, int]:
+    """The mel bins the audio tower's first convolution takes, as a feature extractor names them: one at
+    its class defaults makes 80 bins for a tower built on 128 (a tiny Qwen2-Audio in vLLM: "expected
+    input[10, 80, 3000] to have 128 channels")."""
+    bins = [b for b in (getattr(c, "num_mel_bins", None) for c in _sub_configs(config)) if _is_int(b)]
+    return {"feature_size": int(bins[0])} if bins else {}
+
+
+def _built(cls: Any, sizes: Mapping[str, int]) -> Any:
+    try:
+        return cls(**sizes)
+    except TypeError:  # a processor without these settings (an audio feature extractor)
+        return cls()
+
+
+def _processor_parts(
+    model_type: str,
+    proc_cls: Any,
+    tokenizer: Any,
+    sizes: Mapping[str, int] | None = None,
+    audio: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    import transformers  # noqa: PLC0415
+    from transformers.models.auto import (  # noqa: PLC0415
+        feature_extraction_auto,
+        image_processing_auto,
+        video_processing_auto,
+    )
+
+    tables = {
+        "image_processor": lambda: image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES,
+        "video_processor": lambda: video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES,
+        "feature_extractor": lambda: feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
+    }
+    parts: dict[str, Any] = {}
+    for attr in proc_cls.get_attributes():
+        if attr == "tokenizer":
+            parts[attr] = tokenizer
+            continue
+        names = tables[attr]().get(model_type)
+        names = names.values() if isinstance(names, Mapping) else ([names] if isinstance(names, str) else names or [])
+        name = next(n for n in names if n)
+        cls = getattr(transformers, name)
+        parts[attr] = _built(cls, sizes or {}) if attr in ("image_processor", "video_processor") else cls()
+        if attr == "feature_extractor" and audio:
+            parts[attr] = _built(cls, audio)
+    return parts
+
+
+def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
+    """Give every image/video/audio token id of the config a token of its own in the tokenizer, named as the
+    architecture's processor names it (`<|image_pad|>`, `<start_of_image>`, ...) or, where no processor
+    could be built, `<|stem|>` after the config key (`vision_start_token_id` -> `<|vision_start|>`, Qwen's
+    own spelling). Returns the processor when it could be built (it needs the image libraries the node
+    has), else None; the config is updated in place."""
+    import transformers  # noqa: PLC0415
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES  # noqa: PLC0415
+
+    processor = None
+    named: dict[str, str] = {}
+    proc_name = PROCESSOR_MAPPING_NAMES.get(config.model_type)
+    try:
+        proc_cls = getattr(transformers, str(proc_name))
+        processor = proc_cls(
+            **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
+        )
+        named = {
+            a[: -len("_token")]: getattr(processor, a)
+            for a in dir(processor)
+            if a.endswith("_token") and isinstance(getattr(processor, a, None), str)
+        }
+    except Exception as exc:  # the processor is a convenience; the tokens below are what matters
+        notes.append(f"processor {proc_name or '(none)'} not written: {_one_line(exc)[:160]}")
+        processor = None
+    real = len(tokenizer)
+    changed = {}
+    for sub in _sub_configs(config):
+        for key, value in list(vars(sub).items()):
+            if not (key.endswith(("_token_id", "_token_index")) and _is_int(value)) or key in SPECIAL_TOKEN_KEYS:
+                continue
+            if value < real:
+                continue
+            stem = key.rsplit("_token", 1)[0]
+            text = named.get(stem) or f"<|{stem}|>"
+            if tokenizer.convert_tokens_to_ids(text) in (None, tokenizer.unk_token_id):
+                tokenizer.add_special_tokens({"additional_special_tokens": [text]}, replace_extra_special_tokens=False)
+            setattr(sub, key, tokenizer.convert_tokens_to_ids(text))
+            changed[key] = text
+    if changed:
+        notes.append("tokens: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+    if processor is not None:  # rebuilt so that it reads the ids of the tokens just added
+        proc_cls = type(processor)
+        processor = proc_cls(
+            **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
+        )
+    return processor
+
+
+def _processor(config: Any, proc_cls: Any, tokenizer: Any) -> Any:
+    """The architecture's processor, built to the tiny towers' patch geometry and mel bins."""
+    return proc_cls(
+        **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
+    )
