@@ -310,6 +310,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
             *("--family", "hy_v3", "--family", "glm_vl", "--family", "qwen25_vl", "--family", "qwen_vl"),
             *("--family", "glm45", "--family", "glm_moe_dsa", "--family", "mimo_v2_flash", "--family", "deepseek_v4"),
+            *(
+                "--family",
+                "gemma_vl",
+            ),
         ]
     )
     doc = json.loads(report.read_text())
@@ -454,3 +458,17 @@ def test_the_feature_extractor_makes_the_mel_bins_the_audio_tower_takes() -> Non
     config = transformers.Qwen2AudioConfig(audio_config={"num_mel_bins": 128})
     assert builder.audio_geometry(config) == {"feature_size": 128}
     assert builder.audio_geometry(transformers.Qwen2Config()) == {}
+
+
+def test_a_processor_that_reads_named_tokens_off_the_tokenizer_is_written(built: tuple[Path, dict[str, Any]]) -> None:
+    """Gemma 3's processor reads `boi_token` off the tokenizer: the tiny tokenizer names the tokens it adds
+    (eighth batch: no processor, so vLLM would not load the model)."""
+    pytest.importorskip("PIL")
+    from transformers import AutoProcessor
+
+    out, rows = built
+    assert rows["gemma_vl"]["ok"], rows["gemma_vl"]
+    processor = AutoProcessor.from_pretrained(out / "gemma_vl")
+    config = json.loads((out / "gemma_vl" / "config.json").read_text())
+    assert processor.tokenizer.image_token_id == config["image_token_index"]
+    assert processor.tokenizer.boi_token_id == config["boi_token_index"]

@@ -81,7 +81,7 @@ def _processor_parts(
         if attr == "tokenizer":
             parts[attr] = tokenizer
             continue
-        names = tables[attr]().get(model_type)
+        names = next((found for t in _type_and_bases(model_type) if (found := tables[attr]().get(t))), None)
         names = names.values() if isinstance(names, Mapping) else ([names] if isinstance(names, str) else names or [])
         name = next(n for n in names if n)
         cls = getattr(transformers, name)
@@ -91,31 +91,66 @@ def _processor_parts(
     return parts
 
 
+def _type_and_bases(model_type: str) -> list[str]:
+    """`qwen3_vl_moe`, then `qwen3_vl`, then `qwen3`: a MoE or text variant shares its base's processors,
+    which the auto tables list under the base's model type only."""
+    parts = model_type.split("_")
+    return ["_".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
+def _name_tokens(tokenizer: Any, changed: Mapping[str, str]) -> None:
+    """Register each added token under the name a processor reads off the tokenizer (`image_token`,
+    `boi_token`, whose `_id` follows): the released tokenizers carry them as model-specific special
+    tokens, and Gemma 3's, Gemma 4's and ERNIE-4.5-VL's processors fail without them."""
+    named = {key.rsplit("_token", 1)[0] + "_token": text for key, text in changed.items()}
+    setter = getattr(tokenizer, "_set_model_specific_special_tokens", None)
+    if named and setter is not None:
+        setter(special_tokens=named)
+
+
 def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
     """Give every image/video/audio token id of the config a token of its own in the tokenizer, named as the
     architecture's processor names it (`<|image_pad|>`, `<start_of_image>`, ...) or, where no processor
-    could be built, `<|stem|>` after the config key (`vision_start_token_id` -> `<|vision_start|>`, Qwen's
-    own spelling). Returns the processor when it could be built (it needs the image libraries the node
-    has), else None; the config is updated in place."""
+    could be built yet, `<|stem|>` after the config key (`vision_start_token_id` -> `<|vision_start|>`,
+    Qwen's own spelling), registered under the name processors read (`image_token`). Returns the processor,
+    built to the tokens once they exist, or None where it cannot be (the report says why: the model is then
+    for text prompts, and vLLM will not load it); the config is updated in place."""
     import transformers  # noqa: PLC0415
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES  # noqa: PLC0415
 
-    processor = None
-    named: dict[str, str] = {}
-    proc_name = PROCESSOR_MAPPING_NAMES.get(config.model_type)
+    proc_name = next((n for t in _type_and_bases(config.model_type) if (n := PROCESSOR_MAPPING_NAMES.get(t))), None)
     try:
-        proc_cls = getattr(transformers, str(proc_name))
-        processor = proc_cls(
-            **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
-        )
+        proc_cls = getattr(transformers, str(proc_name), None)
+    except ImportError as exc:  # a lazy import the node's libraries cannot satisfy (an image library)
+        notes.append(f"processor {proc_name} not written: {_one_line(exc)[:160]}")
+        proc_cls = None
+    named: dict[str, str] = {}
+    first_try: str | None = None
+    try:
+        processor = _processor(config, proc_cls, tokenizer)
         named = {
             a[: -len("_token")]: getattr(processor, a)
             for a in dir(processor)
             if a.endswith("_token") and isinstance(getattr(processor, a, None), str)
         }
-    except Exception as exc:  # the processor is a convenience; the tokens below are what matters
+    except Exception as exc:  # the tokens below come first; the processor is built again after them
+        first_try = _one_line(exc)[:160]
+    changed = _add_tokens(config, tokenizer, named)
+    if changed:
+        notes.append("tokens: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+        _name_tokens(tokenizer, changed)
+    try:  # built (again) so that it reads the ids and names of the tokens just added
+        processor = _processor(config, proc_cls, tokenizer)
+    except Exception as exc:
         notes.append(f"processor {proc_name or '(none)'} not written: {_one_line(exc)[:160]}")
-        processor = None
+        return None
+    if first_try is not None:
+        notes.append(f"processor {proc_name} written once the tokenizer named its tokens (before: {first_try})")
+    return processor
+
+
+def _add_tokens(config: Any, tokenizer: Any, named: Mapping[str, str]) -> dict[str, str]:
+    """Each multimodal token id past the tokenizer's vocabulary -> a token added for it (config updated)."""
     real = len(tokenizer)
     changed = {}
     for sub in _sub_configs(config):
@@ -130,18 +165,13 @@ def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
                 tokenizer.add_special_tokens({"additional_special_tokens": [text]}, replace_extra_special_tokens=False)
             setattr(sub, key, tokenizer.convert_tokens_to_ids(text))
             changed[key] = text
-    if changed:
-        notes.append("tokens: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
-    if processor is not None:  # rebuilt so that it reads the ids of the tokens just added
-        proc_cls = type(processor)
-        processor = proc_cls(
-            **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
-        )
-    return processor
+    return changed
 
 
 def _processor(config: Any, proc_cls: Any, tokenizer: Any) -> Any:
     """The architecture's processor, built to the tiny towers' patch geometry and mel bins."""
+    if proc_cls is None:
+        raise LookupError(f"transformers has no processor class for model type {config.model_type}")
     return proc_cls(
         **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
     )
