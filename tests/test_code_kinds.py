@@ -121,6 +121,13 @@ def test_text_shown_by_name_is_a_log_change_and_a_key_is_not() -> None:
     assert not log_only_change(keyed, keyed.replace(b"decoder.layers.", b"model.layers."))  # a key prefix
 
 
+def test_an_errors_message_is_text_and_its_type_and_condition_are_code() -> None:
+    old = b'def f(w):\n    if not w:\n        raise RuntimeError("No adapter weights were found.")\n    return w\n'
+    assert log_only_change(old, old.replace(b"No adapter weights were found.", b"save found no adapter weights."))
+    assert not log_only_change(old, old.replace(b"RuntimeError", b"ValueError"))
+    assert not log_only_change(old, old.replace(b"if not w:", b"if w is None:"))
+
+
 EXPORT = "src/megatron/bridge/models/conversion/model_bridge.py"
 
 

@@ -50,7 +50,8 @@ def test_a_bridge_value_verl_overrides_reaches_no_cell_and_the_plan_says_so(matr
 
 
 def test_a_value_verl_keeps_still_runs(matrix: Matrix, tmp_path: Path) -> None:
-    coeff = [line.replace("moe_router_load_balancing_type", "moe_aux_loss_coeff") for line in LOAD_BALANCING[1:3]]
+    """The router's z-loss applies whatever the balancing type (unlike the aux-loss coefficient)."""
+    coeff = [line.replace("moe_router_load_balancing_type", "moe_z_loss_coeff") for line in LOAD_BALANCING[1:3]]
     plan = _plan(matrix, tmp_path, _hunk(QWEN3_MOE, "class Qwen3MoEBridge(MegatronModelBridge):", coeff), QWEN3_MOE)
     assert 0 in plan["levels"] and 4 in plan["levels"]  # type: ignore[operator]
 
@@ -62,6 +63,9 @@ def test_only_assignments_before_verls_overrides_count() -> None:
     )
     assert overrides.overridden(path, ["        tensor_model_parallel_size=2,"], ("provider_bridge",))
     # verl's MTP check drops the MTP block or passes its own factor: a bridge's factor never trains
+    # ... and an aux-loss coefficient, which verl's "none" balancing type leaves unread
+    kimi = "src/megatron/bridge/models/kimi/kimi_k2_bridge.py"
+    assert overrides.overridden(kimi, ["        provider.moe_aux_loss_coeff = 1e-2"], ("provider_bridge",))
     qwen35 = "src/megatron/bridge/models/qwen/qwen35_bridge.py"
     assert overrides.overridden(qwen35, ["        provider.mtp_loss_scaling_factor = 0.3"], ("_apply",)) == (
         "mtp_loss_scaling_factor",

@@ -42,6 +42,10 @@ VERL_OVERRIDES = frozenset(
         # check_mtp_config (utils/megatron_utils.py): with MTP off it drops the MTP block (the factor then
         # scales nothing); with MTP on it always passes verl's own mtp.mtp_loss_scaling_factor
         "mtp_loss_scaling_factor",
+        # not set by verl but inert under what it sets: Megatron-Core's router reads an aux-loss
+        # coefficient only for an aux-loss balancing type (router.py get_aux_loss_coeff), and verl sets
+        # moe_router_load_balancing_type to "none" on every provider
+        "moe_aux_loss_coeff",
     }
 )
 # the LoRA fields verl's create_peft call always passes (hf_model.yaml `lora`: rank as dim, alpha, dropout,
@@ -99,5 +103,6 @@ def unseen(path: str, names: Sequence[str]) -> str:
         )
     return (
         f"changed values no cell's model keeps: {path} sets only {shown}, which verl's Megatron engine "
-        "sets on every provider it builds (its provider overrides), so no level runs for it"
+        "sets on every provider it builds, or leaves unused by what it sets (its provider overrides), so no "
+        "level runs for it"
     )
