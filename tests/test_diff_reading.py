@@ -184,11 +184,13 @@ def test_a_new_models_loss_settings_schedule_no_learning_signal(matrix: Matrix, 
 
 
 def test_the_same_setting_changed_in_a_model_that_trains_today_is(matrix: Matrix, tmp_path: Path) -> None:
+    """The router's z-loss applies under verl's settings (the aux-loss coefficient does not: verl's
+    balancing type is `none`, overrides.py)."""
     path = "src/megatron/bridge/models/glm/glm45_provider.py"
     lines = [
         " class GLM45Provider(GPTModelProvider):",
-        "-    moe_aux_loss_coeff: float = 1e-3",
-        "+    moe_aux_loss_coeff: float = 0.0",
+        "-    moe_z_loss_coeff: float | None = None",
+        "+    moe_z_loss_coeff: float | None = 1e-3",
     ]
     levels = _plan(matrix, tmp_path, _hunk(path, "", 30, lines), [f"M\t{path}"])
     assert "aspect:learning-numerics" in levels.get(5, set()), levels
