@@ -310,10 +310,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             *("--family", "deepseek", "--family", "glm", "--family", "minimax_m2", "--family", "ministral3"),
             *("--family", "hy_v3", "--family", "glm_vl", "--family", "qwen25_vl", "--family", "qwen_vl"),
             *("--family", "glm45", "--family", "glm_moe_dsa", "--family", "mimo_v2_flash", "--family", "deepseek_v4"),
-            *(
-                "--family",
-                "gemma_vl",
-            ),
+            *("--family", "gemma_vl", "--family", "gemma4", "--family", "gemma4_vl", "--family", "minimax_m3"),
         ]
     )
     doc = json.loads(report.read_text())
@@ -381,6 +378,20 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         ("deepseek_v4", ("rope_parameters", "compress", "factor"), 16.0),
         ("ministral3", ("text_config", "model_type"), "ministral3"),
         ("ministral3", ("text_config", "rope_parameters", "llama_4_scaling_beta"), 0.1),
+        # the release's remote-code names, restating the tiny model's own pattern (1: sliding window, MoE)
+        ("mimo_v2_flash", ("hybrid_layer_pattern",), [0, 1]),
+        ("mimo_v2_flash", ("moe_layer_freq",), [0, 1]),
+        ("mimo_v2_flash", ("swa_num_key_value_heads",), 2),
+        ("mimo_v2_flash", ("sliding_window_size",), 128),
+        (
+            "minimax_m3",
+            ("vision_config", "img_token_compression_config"),
+            {"spatial_merge_size": 2, "temporal_patch_size": 2},
+        ),
+        # Bridge always reads Gemma 4's global head size as 512 (transformers keeps no global_head_dim)
+        ("gemma4", ("per_layer_config",), {"5": {"head_dim": 512}}),
+        ("gemma4_vl", ("text_config", "per_layer_config"), {"5": {"head_dim": 512}}),
+        ("gemma4_vl", ("vision_config", "hidden_size"), 128),  # a tower, where the class's default has none
     ],
 )
 def test_keys_the_released_configs_carry_and_vllm_or_bridge_read(

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tiny_keys import MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, TOKENIZER_FILES, Family, _one_line
+from tiny_keys import DERIVED, MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, TOKENIZER_FILES, Family, _one_line
 from tiny_processor import multimodal_tokens
+from tiny_release import add_release_keys
 from tiny_shrink import (
     _is_int,
     _per_layer_keys,
@@ -85,6 +86,8 @@ def _config_kwargs(obj: Any, merged: Mapping[str, Any], over: Mapping[str, Any])
     names = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else None
     out = {}
     for k, v in merged.items():
+        if over.get(k) == DERIVED:
+            continue
         sub = vars(obj).get(k)  # not getattr: per-layer configs refuse reads of their per-layer attributes
         if isinstance(sub, PretrainedConfig) and isinstance(v, Mapping):
             sub_over = over.get(k)
@@ -94,12 +97,21 @@ def _config_kwargs(obj: Any, merged: Mapping[str, Any], over: Mapping[str, Any])
     return out
 
 
+def _with_towers(default: Any, config_class: Any) -> Any:
+    """The default config with its vision tower: some multimodal classes leave `vision_config` None by
+    default (Gemma 4), and Bridge's VL bridge builds the tower from it (a Level 0 cell stopped there)."""
+    sub_configs = getattr(config_class, "sub_configs", None) or {}
+    if getattr(default, "vision_config", 1) is None and "vision_config" in sub_configs:
+        return config_class(vision_config=sub_configs["vision_config"]().to_dict())
+    return default
+
+
 def tiny_config(
     cls: Any, config_class: Any, family: Family, architecture: str, tokens: tuple[int, int | None, int | None]
 ) -> tuple[Any, dict[str, Any], list[str]]:
     """The tiny config for one architecture; tokens is (vocab, eos, pad) of the tokenizer."""
     vocab, eos, pad = tokens
-    default = config_class()
+    default = _with_towers(config_class(), config_class) if "vlm" in family.kinds else config_class()
     defaults = default.to_dict()
     over, notes = shrink_overrides(
         defaults, vocab, eos=eos, pad=pad, architecture=architecture, mrope=mrope_default(cls)
@@ -250,7 +262,7 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
         vocab = padded_vocab(len(tokenizer))
         tokens = (vocab, tokenizer.eos_token_id, tokenizer.pad_token_id)
         config, res.overrides, res.notes = tiny_config(cls, config_class, family, architecture, tokens)
-        res.notes += role_notes
+        res.notes += role_notes + add_release_keys(architecture, config)
         processor = multimodal_tokens(config, tokenizer, res.notes) if "vlm" in family.kinds else None
         if len(tokenizer) > vocab:
             raise ValueError(f"the tokenizer grew to {len(tokenizer)} tokens, past the {vocab} embedding rows")

@@ -103,8 +103,20 @@ MTP_NAMING = {
     "ExaoneMoeForCausalLM": "mtp",
 }
 
+# An override of this value leaves the key out of the config's arguments: the class derives it from the rest
+# (Gemma 4 derives its per-layer settings from the layer pattern and `global_head_dim`)
+DERIVED = "<derived by the config class>"
+
+# Gemma 4: transformers 5.17 turns `global_head_dim` into per-layer head sizes of the full-attention layers and
+# keeps no attribute of that name, so Bridge's Gemma 4 provider always reads its default, 512 (the release's
+# value): the tiny model's full-attention layers must have 512-wide heads for Bridge to build the same shapes
+# (with 64-wide ones the cell stopped on a global layer's weight shape, H200, 2026-12-04)
+_GEMMA4_TEXT = {"per_layer_config": DERIVED, "global_head_dim": 512}
+
 # Per-architecture overrides, merged over the generic shrink, only where a generic rule cannot work.
 ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
+    "Gemma4ForCausalLM": _GEMMA4_TEXT,
+    "Gemma4ForConditionalGeneration": {"text_config": _GEMMA4_TEXT},
     # transformers' default leaves sliding_window unset, yet the forward builds a sliding-window mask for
     # every Step-3.7 model, even one whose layers are all full attention (as the default's are): any
     # window will do, and 512 keeps it inside the 2048 positions
@@ -145,8 +157,16 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # GLM-5's DSA indexer rotates non-interleaved unless the config says so (vLLM's default, False)
     "GlmMoeDsaForCausalLM": {"indexer_rope_interleave": False},
     # MiMo-V2-Flash: Bridge takes (sliding-window, global) RoPE bases from swa_rope_theta and rope_theta;
-    # transformers keeps them in rope_parameters (10k sliding, 5M full attention)
-    "MiMoV2FlashForCausalLM": {"swa_rope_theta": 10000.0, "rope_theta": 5000000.0},
+    # transformers keeps them in rope_parameters (10k sliding, 5M full attention). The release's head sizes
+    # (192 for query and key, 128 for value) stay: a third of 192 is the 64 rotary channels Bridge and vLLM
+    # both take from partial_rotary_factor (tiny_release.py writes the release's other keys)
+    "MiMoV2FlashForCausalLM": {
+        "swa_rope_theta": 10000.0,
+        "rope_theta": 5000000.0,
+        "head_dim": 192,
+        "v_head_dim": 128,
+        "partial_rotary_factor": 0.334,
+    },
     # DeepSeek-V4: Bridge reads the compressed attention's YaRN factor and original length from
     # rope_parameters["compress"] (16 and 65536 in the release, per Bridge's own comments)
     "DeepseekV4ForCausalLM": {

@@ -1,0 +1,65 @@
+"""Keys a released checkpoint's config.json carries that transformers' config class does not, for
+tools/make_tiny_model.py.
+
+Why a module of its own: some releases ship remote code whose config names differ from the class
+transformers later added (MiMo-V2-Flash's `hybrid_layer_pattern` where transformers has `layer_types`), and
+Bridge's bridge or vLLM's model reads the release's names. A static override cannot hold them, because
+they restate the tiny config's own pattern and sizes: they are derived here from the built config, so the
+two namings always agree. Each entry was found by a Level 0 cell that stopped without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _mimo_v2_flash(config: Any) -> dict[str, Any]:
+    """MiMo-V2-Flash's remote-code names (Bridge's provider_bridge and vLLM's mimo_v2 model read them; a
+    Level 0 cell stopped on `hybrid_layer_pattern`, H200, 2026-12-03): 1 marks a sliding-window layer in
+    the attention pattern and a MoE layer in `moe_layer_freq`; transformers' model gives both kinds of
+    attention layer the same head counts and sizes."""
+    return {
+        "hybrid_layer_pattern": [int(t == "sliding_attention") for t in config.layer_types],
+        "moe_layer_freq": [int(t == "sparse") for t in config.mlp_layer_types],
+        "sliding_window_size": config.sliding_window,
+        "layernorm_epsilon": config.rms_norm_eps,
+        "swa_num_attention_heads": config.num_attention_heads,
+        "swa_num_key_value_heads": config.num_key_value_heads,
+        "swa_head_dim": config.head_dim,
+        "swa_v_head_dim": config.v_head_dim,
+    }
+
+
+def _minimax_m3(config: Any) -> dict[str, Any]:
+    """MiniMax-M3's vision tower in vLLM reads its merge and temporal patch sizes from
+    `vision_config.img_token_compression_config` (a Level 0 cell stopped there, H200, 2026-12-03)."""
+    vision = config.vision_config
+    return {
+        "vision_config.img_token_compression_config": {
+            "spatial_merge_size": vision.spatial_merge_size,
+            "temporal_patch_size": vision.temporal_patch_size,
+        }
+    }
+
+
+RELEASE_KEYS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "MiMoV2FlashForCausalLM": _mimo_v2_flash,
+    "MiniMaxM3SparseForConditionalGeneration": _minimax_m3,
+}
+
+
+def add_release_keys(architecture: str, config: Any) -> list[str]:
+    """Set the release's own keys on a built config (a dotted key names a sub-config); the keys set, for
+    the report's notes."""
+    derive = RELEASE_KEYS.get(architecture)
+    if derive is None:
+        return []
+    keys = derive(config)
+    for dotted, value in keys.items():
+        holder = config
+        *path, name = dotted.split(".")
+        for part in path:
+            holder = getattr(holder, part)
+        setattr(holder, name, value)
+    return [f"release keys: {', '.join(sorted(keys))}"]
