@@ -170,8 +170,9 @@ def find(
         if aspect.lines != "all":
             text = "\n".join(code_lines(added or ()))
             text = text if aspect.strings else _STRING.sub('""', text)
-        if aspect.lines == "rewritten":
-            term = rewritten(aspect.pattern, code_lines(removed), code_lines(added or ()))
+        if aspect.lines in ("rewritten", "permuted"):
+            compare = rewritten if aspect.lines == "rewritten" else permuted
+            term = compare(aspect.pattern, code_lines(removed), code_lines(added or ()))
             if term is not None:
                 hits.append(Hit(aspect, term, "changed lines"))
             continue
@@ -201,6 +202,31 @@ def rewritten(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str
             reach = _reach(line, m.start(), m.end())
             if any((a < reach and b > m.start()) or (a == b and m.start() <= a <= reach) for a, b in spans):
                 return str(m.group(0))
+    return None
+
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_CHOICE = re.compile(r"\b(if|else|or|and)\b")
+
+
+def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
+    """The two tokens an added line swaps, where it holds exactly a removed line's tokens in another order
+    and the pattern matches it: `{"k_proj": v_out, "v_proj": k_out}` from `{"k_proj": k_out, "v_proj":
+    v_out}`. A swap of same-shaped operands raises nothing; a changed token or an added one is not a swap,
+    and neither is one on a line that chooses (`a if c else b`, `x or y`): which branch runs is what the
+    layout and record rules judge, and a fallback order matters only where both exist."""
+    olds: dict[tuple[str, ...], list[list[str]]] = {}
+    for line in removed:
+        tokens = _TOKEN.findall(line)
+        olds.setdefault(tuple(sorted(tokens)), []).append(tokens)
+    for line in added:
+        tokens = _TOKEN.findall(line)
+        if _CHOICE.search(line):
+            continue
+        for old in olds.get(tuple(sorted(tokens)), []):
+            moved = [(a, b) for a, b in zip(old, tokens, strict=True) if a != b]
+            if moved and pattern.search(line):
+                return f"{moved[0][0]} and {moved[0][1]} swapped"
     return None
 
 

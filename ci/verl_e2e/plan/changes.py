@@ -49,6 +49,8 @@ class ChangedFile:
     defaults: tuple[ChangedDefault, ...] = ()
     # changed lines that run only under conditions on the parallel layout (branches.py)
     branches: tuple[Branch, ...] = ()
+    # lines of the blocks whose `if`/`while` test the change rewrote (conditions.py): what it switches
+    guarded: tuple[str, ...] = ()
     # every changed line only sets values of these classes ("" the module): bodies.py; None: it does more
     definitions: tuple[str, ...] | None = None
     # shared code: the top-level names and words it touches (users.py), and the architectures of the only

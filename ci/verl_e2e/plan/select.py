@@ -11,8 +11,9 @@ add Level 4, and any level above 0 implies Level 0 for the same family.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from verl_e2e.config.aspects import find
+from verl_e2e.config.aspects import Hit, find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, overrides, quiet, unrun
@@ -122,6 +123,7 @@ class _Scan:
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
         removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added, removed=removed)
+        hits += _switched(self.matrix, file, {h.aspect.name for h in hits})
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
         for hit in hits:
@@ -199,6 +201,15 @@ class _Scan:
         if changed and flags:
             _architecture_variant(self.matrix, self.col, fam, flags, path)
         return True
+
+
+def _switched(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
+    """Level 5 aspects of the blocks a changed `if`/`while` test decides on (conditions.py)."""
+    if not file.guarded:
+        return []
+    numerics = [a for a in matrix.aspects if 5 in a.levels and a.lines == "all" and a.name not in seen]
+    hits = find(numerics, file.path, file.guarded, ())
+    return [replace(h, where="block its changed condition decides on") for h in hits]
 
 
 def _overridden(found: Findings, file: ChangedFile) -> str | None:
