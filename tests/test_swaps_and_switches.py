@@ -48,11 +48,24 @@ def _inside(path: str, function: str, lines: tuple[str, ...], guarded: tuple[str
             False,
         ),
         ("    return {'k': k_out}", "    return {'k': v_out}", False),  # a changed token, not a swap
+        # a call's arguments reordered: the callee's contract, loud where the two differ in kind
+        (
+            "    self._bridge.load_weights(model, pre_trained)",
+            "    self._bridge.load_weights(pre_trained, model)",
+            False,
+        ),
         ("    x = f(a, b)", "    x = f(a, b)  # same", False),
     ],
 )
 def test_a_swap_is_a_line_holding_the_same_tokens_in_another_order(old: str, new: str, fires: bool) -> None:
     assert (permuted(ANY, [old], [new]) is not None) is fires
+
+
+def test_a_statement_that_builds_a_sequence_moved_is_a_swap() -> None:
+    k, v = "        biases.append(k[i : i + 1, :])", "        biases.append(v[i : i + 1, :])"
+    assert permuted(ANY, [k], [k]) is not None  # as git shows `append(k)` moved below `append(v)`
+    assert permuted(ANY, [k], [v]) is None
+    assert permuted(ANY, ["    x = 1"], ["    x = 1"]) is None  # a moved assignment reorders no sequence
 
 
 @pytest.mark.parametrize(

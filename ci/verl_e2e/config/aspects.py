@@ -207,14 +207,22 @@ def rewritten(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _CHOICE = re.compile(r"\b(if|else|or|and)\b")
+# a statement that adds to a sequence: moved among its siblings, it reorders what the sequence holds
+_COLLECTS = re.compile(r"\.(append|extend|insert)\(|^\s*yield\b")
 
 
 def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
-    """The two tokens an added line swaps, where it holds exactly a removed line's tokens in another order
-    and the pattern matches it: `{"k_proj": v_out, "v_proj": k_out}` from `{"k_proj": k_out, "v_proj":
-    v_out}`. A swap of same-shaped operands raises nothing; a changed token or an added one is not a swap,
-    and neither is one on a line that chooses (`a if c else b`, `x or y`): which branch runs is what the
-    layout and record rules judge, and a fallback order matters only where both exist."""
+    """What a change swaps: a moved statement that adds to a sequence (`append(k)` taken from
+    before `append(v)` and put after it; git shows the same line removed and added), or an added line
+    holding a removed line's tokens in another order (`{"k_proj": v_out, "v_proj": k_out}`), where the
+    pattern matches. A swap of same-shaped operands raises nothing. A changed or added token is no swap,
+    and neither is one on a line that chooses (`a if c else b`, `x or y`: which branch runs is for the
+    layout and record rules, and a fallback order matters only where both exist) nor one of a call's
+    arguments (`load(pre_trained, model)`, `cls(out, in)`: the callee's contract, which fails loudly
+    where the two differ in kind)."""
+    for line in set(removed) & set(added):
+        if _COLLECTS.search(line) and pattern.search(line):
+            return f"`{line.strip()}` moved"
     olds: dict[tuple[str, ...], list[list[str]]] = {}
     for line in removed:
         tokens = _TOKEN.findall(line)
@@ -224,10 +232,23 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
         if _CHOICE.search(line):
             continue
         for old in olds.get(tuple(sorted(tokens)), []):
-            moved = [(a, b) for a, b in zip(old, tokens, strict=True) if a != b]
-            if moved and pattern.search(line):
-                return f"{moved[0][0]} and {moved[0][1]} swapped"
+            at = [i for i, (a, b) in enumerate(zip(old, tokens, strict=True)) if a != b]
+            if at and not _in_call(tokens, at[0]) and pattern.search(line):
+                return f"{old[at[0]]} and {tokens[at[0]]} swapped"
     return None
+
+
+def _in_call(tokens: Sequence[str], at: int) -> bool:
+    """Whether tokens[at] is an argument of a call: the innermost bracket open before it is `(` after a name."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if tokens[i] in ")]}":
+            depth += 1
+        elif tokens[i] in "([{":
+            if depth == 0:
+                return tokens[i] == "(" and i > 0 and bool(re.match(r"\w", tokens[i - 1]))
+            depth -= 1
+    return False
 
 
 def _reach(line: str, start: int, end: int) -> int:
