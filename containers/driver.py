@@ -42,93 +42,13 @@ import functions
 import hostlock
 import preflight
 from milestones import Milestones
+from phaselog import STATE, Stuck, run_logged
 from prepare import bridge_tests, prepare_data, prepare_model
 from records import Recorder, checkpoint_listing, git_state, log, write_json
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
 WRAPPER = "tests/special_e2e/run_ppo_trainer_megatron.sh"
-TAIL = 30
 CELL_TOKEN = "VERL_E2E_CELL_TOKEN"  # every process a cell starts inherits it: how the cell finds its own
-
-_state = {"proc": None, "cancelled": False}
-
-
-# ---------------------------------------------------------------------------------------- phases
-
-
-def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def run_logged(
-    cmd: list[str],
-    *,
-    cwd: Path,
-    env: dict,
-    log_path: Path,
-    prefix: str,
-    timeout: float,
-    marks: Milestones | None = None,
-) -> tuple[int | None, str, list[str]]:
-    """Run cmd with output teed to log_path and stdout (stamping `marks`). Returns (exit code, status, log tail)."""
-    tail: list[str] = []
-    deadline = time.monotonic() + timeout
-    with log_path.open("ab", buffering=0) as fh:
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        _state["proc"] = proc
-        assert proc.stdout is not None
-        os.set_blocking(proc.stdout.fileno(), False)
-        pending = b""
-        status = None
-        while True:
-            if _state["cancelled"]:
-                status = "cancelled"
-                _kill_group(proc)
-                break
-            if time.monotonic() > deadline:
-                status = "timeout"
-                fh.write(f"\nverl-e2e: phase timed out after {timeout:.0f}s; stopping it\n".encode())
-                _kill_group(proc)
-                break
-            chunk = proc.stdout.read(65536)
-            if chunk:
-                fh.write(chunk)
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    text = raw.decode("utf-8", errors="replace")
-                    if marks is not None:
-                        marks.feed(text)
-                    sys.stdout.write(f"{prefix}{text}\n")
-                    tail = [*tail, text][-TAIL:]
-                sys.stdout.flush()
-                continue
-            if proc.poll() is not None:
-                rest = proc.stdout.read() or b""
-                fh.write(rest)
-                pending += rest
-                break
-            time.sleep(0.05)
-        if pending:
-            text = pending.decode("utf-8", errors="replace")
-            sys.stdout.write(f"{prefix}{text}\n")
-            tail = (tail + text.splitlines())[-TAIL:]
-        code = proc.wait()
-        _state["proc"] = None
-    if status is None:
-        status = "ok" if code == 0 else ("killed" if code in (137, -9) else "failed")
-    return code, status, tail
 
 
 def stop_own_processes(token: str, grace: float = 10.0) -> int:
@@ -415,6 +335,7 @@ def run_phases(
             prefix=f"[{phase['name']}] ",
             timeout=args.phase_timeout or cell["timeout_minutes"] * 60,
             marks=marks,
+            stuck=Stuck(),
         )
         rec.phases[index].update(
             status=status,
@@ -503,8 +424,8 @@ def run_cell(args: argparse.Namespace) -> int:
 
 
 def _on_term(signum: int, frame: object) -> None:  # noqa: ARG001
-    _state["cancelled"] = True
-    proc = _state["proc"]
+    STATE["cancelled"] = True
+    proc = STATE["proc"]
     if proc is None:
         raise SystemExit(128 + signum)
 
