@@ -311,6 +311,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
             *("--family", "hy_v3", "--family", "glm_vl", "--family", "qwen25_vl", "--family", "qwen_vl"),
             *("--family", "glm45", "--family", "glm_moe_dsa", "--family", "mimo_v2_flash", "--family", "deepseek_v4"),
             *("--family", "gemma_vl", "--family", "gemma4", "--family", "gemma4_vl", "--family", "minimax_m3"),
+            *("--family", "step37", "--family", "qwen3_vl_moe", "--family", "exaone45", "--family", "ernie_vl"),
         ]
     )
     doc = json.loads(report.read_text())
@@ -392,6 +393,14 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         ("gemma4", ("per_layer_config",), {"5": {"head_dim": 512}}),
         ("gemma4_vl", ("text_config", "per_layer_config"), {"5": {"head_dim": 512}}),
         ("gemma4_vl", ("vision_config", "hidden_size"), 128),  # a tower, where the class's default has none
+        # the fourth batch's stops (H200, 2026-12-04), each a key vLLM or Bridge read off the release's config
+        ("mimo_v2_flash", ("scoring_func",), "sigmoid"),
+        ("minimax_m2", ("use_routing_bias",), True),
+        ("glm_moe_dsa", ("topk_method",), "noaux_tc"),
+        ("qwen3_vl_moe", ("text_config", "norm_topk_prob"), True),
+        ("minimax_m3", ("text_config", "hidden_act"), "swigluoai"),  # written past transformers' forced "silu"
+        ("step37", ("vision_config", "width"), 128),  # Bridge sizes the align projector from width * 4
+        ("step37", ("vision_config", "layers"), 2),
     ],
 )
 def test_keys_the_released_configs_carry_and_vllm_or_bridge_read(
@@ -469,6 +478,23 @@ def test_the_feature_extractor_makes_the_mel_bins_the_audio_tower_takes() -> Non
     config = transformers.Qwen2AudioConfig(audio_config={"num_mel_bins": 128})
     assert builder.audio_geometry(config) == {"feature_size": 128}
     assert builder.audio_geometry(transformers.Qwen2Config()) == {}
+
+
+def test_the_tokens_vllms_processors_look_up_are_in_the_vocabulary(built: tuple[Path, dict[str, Any]]) -> None:
+    """vLLM looks the processor's image token and Gemma 3's newline runs up in the vocabulary (KeyError
+    without them: EXAONE 4.5 and Gemma 3 cells, H200, 2026-12-04); a half-written model is never left."""
+    pytest.importorskip("PIL")
+    from transformers import AutoProcessor
+
+    out, rows = built
+    exaone = AutoProcessor.from_pretrained(out / "exaone45")
+    vocab = exaone.tokenizer.get_vocab()
+    config = json.loads((out / "exaone45" / "config.json").read_text())
+    assert vocab[exaone.image_token] == config["image_token_id"]  # not the ordinary token 67 the default named
+    gemma = AutoProcessor.from_pretrained(out / "gemma_vl").tokenizer.get_vocab()
+    assert all(n in gemma for n in ("\n", "\n\n", "\n\n\n", "\n\n\n\n"))
+    assert rows["ernie_vl"]["ok"], rows["ernie_vl"]  # its video processor no longer needs the release's font
+    assert (out / "ernie_vl" / "processor_config.json").is_file()
 
 
 def test_a_processor_that_reads_named_tokens_off_the_tokenizer_is_written(built: tuple[Path, dict[str, Any]]) -> None:

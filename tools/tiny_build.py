@@ -28,7 +28,7 @@ from tiny_shrink import (
     padded_vocab,
     shrink_overrides,
 )
-from tiny_tokens import add_role_tokens
+from tiny_tokens import add_role_tokens, add_vocab_tokens
 
 
 @dataclass
@@ -259,6 +259,7 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         role_notes: list[str] = []
         add_role_tokens(str(getattr(config_class, "model_type", "")), tokenizer, role_notes)
+        add_vocab_tokens(str(getattr(config_class, "model_type", "")), tokenizer, role_notes)
         vocab = padded_vocab(len(tokenizer))
         tokens = (vocab, tokenizer.eos_token_id, tokenizer.pad_token_id)
         config, res.overrides, res.notes = tiny_config(cls, config_class, family, architecture, tokens)
@@ -292,4 +293,7 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
         res.ok = True
     except Exception as exc:  # one family's failure is a row of the report, not the end
         res.error = _one_line(exc)
+        # a half-written directory would be taken for a model (an ERNIE-4.5-VL cell loaded one whose
+        # processor file was cut short, H200, 2026-12-04)
+        shutil.rmtree(out, ignore_errors=True)
     return res

@@ -141,7 +141,9 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     "Glm4MoeForCausalLM": {"head_dim": HEAD_DIM},
     # MiniMax-M2 rotates half of each head (rotary_dim 64 of head_dim 128 in the release; 32 of 64 here)
     # and routes with sigmoid scores, which vLLM's MoE layer reads as `scoring_func`
-    "MiniMaxM2ForCausalLM": {"rotary_dim": 32, "scoring_func": "sigmoid"},
+    # and its router's score-correction bias, which vLLM builds only under the release's use_routing_bias
+    # ("KeyError: 'layers.0.block_sparse_moe.e_score_correction_bias'" in vLLM's load_weights, H200, 2026-12-04)
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 32, "scoring_func": "sigmoid", "use_routing_bias": True},
     # EXAONE 4.0-1.2B ties its embeddings, and Bridge's EXAONE 4 bridge maps no lm_head: transformers'
     # default (untied) gives Megatron an output layer nothing loads ("No mapping found for megatron_param:
     # output_layer.weight", then AttributeError in load_weights_hf_to_megatron; H200, 2026-12-03)
@@ -154,8 +156,10 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     "Glm4vMoeForConditionalGeneration": {"text_config": {"head_dim": HEAD_DIM, "use_qk_norm": False}},
     # The next three: Bridge's provider_bridge reads a key the release's config.json carries and
     # transformers 5.17's class keeps elsewhere or not at all (each stopped a Level 0 cell, H200, 2026-12-03).
-    # GLM-5's DSA indexer rotates non-interleaved unless the config says so (vLLM's default, False)
-    "GlmMoeDsaForCausalLM": {"indexer_rope_interleave": False},
+    # GLM-5's DSA indexer rotates non-interleaved unless the config says so (vLLM's default, False); vLLM
+    # runs GLM-5 with DeepSeek-V2's class, which builds the router's score-correction bias only under the
+    # release's topk_method "noaux_tc" ("KeyError: 'layers.1.mlp.gate.e_score_correction_bias'", H200, 2026-12-04)
+    "GlmMoeDsaForCausalLM": {"indexer_rope_interleave": False, "topk_method": "noaux_tc"},
     # MiMo-V2-Flash: Bridge takes (sliding-window, global) RoPE bases from swa_rope_theta and rope_theta;
     # transformers keeps them in rope_parameters (10k sliding, 5M full attention). The release's head sizes
     # (192 for query and key, 128 for value) stay: a third of 192 is the 64 rotary channels Bridge and vLLM
@@ -166,7 +170,13 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
         "head_dim": 192,
         "v_head_dim": 128,
         "partial_rotary_factor": 0.334,
+        # the release routes with sigmoid scores and a learned expert bias; Bridge sets the bias and reads the
+        # score function from scoring_func (Megatron-Core refused the bias with softmax scores, H200, 2026-12-04)
+        "scoring_func": "sigmoid",
     },
+    # Qwen3-VL-MoE: vLLM's MoE block reads text_config.norm_topk_prob, which transformers 5.17's text config
+    # class leaves out ("'Qwen3VLMoeTextConfig' object has no attribute 'norm_topk_prob'", H200, 2026-12-04)
+    "Qwen3VLMoeForConditionalGeneration": {"text_config": {"norm_topk_prob": True}},
     # DeepSeek-V4: Bridge reads the compressed attention's YaRN factor and original length from
     # rope_parameters["compress"] (16 and 65536 in the release, per Bridge's own comments)
     "DeepseekV4ForCausalLM": {

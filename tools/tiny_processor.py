@@ -85,7 +85,12 @@ def _processor_parts(
         names = names.values() if isinstance(names, Mapping) else ([names] if isinstance(names, str) else names or [])
         name = next(n for n in names if n)
         cls = getattr(transformers, name)
-        parts[attr] = _built(cls, sizes or {}) if attr in ("image_processor", "video_processor") else cls()
+        settings = dict(sizes or {})
+        if attr == "video_processor" and getattr(cls, "draw_on_frames", False):
+            # ERNIE-4.5-VL draws timestamps on video frames with a font file the release ships beside its
+            # processor, and refuses to save without one; text-prompt cells send no video
+            settings["draw_on_frames"] = False
+        parts[attr] = _built(cls, settings) if attr in ("image_processor", "video_processor") else cls()
         if attr == "feature_extractor" and audio:
             parts[attr] = _built(cls, audio)
     return parts
@@ -150,16 +155,19 @@ def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
 
 
 def _add_tokens(config: Any, tokenizer: Any, named: Mapping[str, str]) -> dict[str, str]:
-    """Each multimodal token id past the tokenizer's vocabulary -> a token added for it (config updated)."""
+    """Each multimodal token id past the tokenizer's vocabulary, or one inside it that is not the token the
+    processor names (EXAONE 4.5's default image id is 67, an ordinary token of the tiny vocabulary, while
+    vLLM looks up the processor's `<|image_pad|>`: KeyError, H200, 2026-12-04) -> a token added for it
+    (config updated)."""
     real = len(tokenizer)
     changed = {}
     for sub in _sub_configs(config):
         for key, value in list(vars(sub).items()):
             if not (key.endswith(("_token_id", "_token_index")) and _is_int(value)) or key in SPECIAL_TOKEN_KEYS:
                 continue
-            if value < real:
-                continue
             stem = key.rsplit("_token", 1)[0]
+            if value < real and (stem not in named or tokenizer.convert_ids_to_tokens(value) == named[stem]):
+                continue  # a token of the vocabulary already, and no processor names another for it
             text = named.get(stem) or f"<|{stem}|>"
             if tokenizer.convert_tokens_to_ids(text) in (None, tokenizer.unk_token_id):
                 tokenizer.add_special_tokens({"additional_special_tokens": [text]}, replace_extra_special_tokens=False)

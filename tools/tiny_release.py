@@ -32,18 +32,36 @@ def _mimo_v2_flash(config: Any) -> dict[str, Any]:
 
 
 def _minimax_m3(config: Any) -> dict[str, Any]:
-    """MiniMax-M3's vision tower in vLLM reads its merge and temporal patch sizes from
-    `vision_config.img_token_compression_config` (a Level 0 cell stopped there, H200, 2026-12-03)."""
+    """MiniMax-M3 in vLLM, which reads config.json through a config class of its own: the vision tower
+    takes its merge and temporal patch sizes from `vision_config.img_token_compression_config` (a Level 0
+    cell stopped there, H200, 2026-12-03), and the MLP only the release's activation name ("Unsupported
+    activation: silu. Only swigluoai is supported", 2026-12-04). transformers' class forces "silu" when it
+    builds the config (its model computes the clamped SwiGLU inline), so the name is set on the built one."""
     vision = config.vision_config
     return {
+        "text_config.hidden_act": "swigluoai",
         "vision_config.img_token_compression_config": {
             "spatial_merge_size": vision.spatial_merge_size,
             "temporal_patch_size": vision.temporal_patch_size,
-        }
+        },
+    }
+
+
+def _step37(config: Any) -> dict[str, Any]:
+    """Step-3.7's vision tower under the release's remote-code names, which Bridge's Step-3.7 model sizes its
+    tower and align projector from (`width * 4` inputs: 6144 from the default 1536 where the tiny tower is
+    128 wide, "Shape mismatch for megatron param image_insert_embedding.align_projector.weight", H200,
+    2026-12-04)."""
+    vision = config.vision_config
+    return {
+        "vision_config.width": vision.hidden_size,
+        "vision_config.layers": vision.num_hidden_layers,
+        "vision_config.heads": vision.num_attention_heads,
     }
 
 
 RELEASE_KEYS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "Step3p7ForConditionalGeneration": _step37,
     "MiMoV2FlashForCausalLM": _mimo_v2_flash,
     "MiniMaxM3SparseForConditionalGeneration": _minimax_m3,
 }

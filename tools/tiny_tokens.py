@@ -38,6 +38,23 @@ ROLE_TOKENS: dict[str, tuple[str, ...]] = {
 }
 
 
+# model_type -> text vLLM's multimodal processor looks up in the vocabulary as single tokens: Gemma 3's
+# merges the newlines around an image into the one token its SentencePiece vocabulary has for each run
+# (vllm/model_executor/models/gemma3_mm.py `_apply_token_matches`: vocab["\n"] ... vocab["\n\n\n\n"]);
+# a byte-level vocabulary has none ("KeyError: '\n'", a tiny Gemma 3 VLM on the H200, 2026-12-04)
+VOCAB_TOKENS: dict[str, tuple[str, ...]] = {
+    "gemma3": ("\n", "\n\n", "\n\n\n", "\n\n\n\n"),
+}
+
+
+def add_vocab_tokens(model_type: str, tokenizer: Any, notes: list[str]) -> None:
+    """Add the VOCAB_TOKENS of model_type that the vocabulary lacks (as ordinary added tokens)."""
+    missing = [t for t in VOCAB_TOKENS.get(model_type, ()) if t not in tokenizer.get_vocab()]
+    if missing:
+        tokenizer.add_tokens(missing)
+        notes.append(f"tokenizer: added {', '.join(map(repr, missing))} (vLLM's {model_type} processor looks them up)")
+
+
 def add_role_tokens(model_type: str, tokenizer: Any, notes: list[str]) -> None:
     """Add the tokens ROLE_TOKENS lists for model_type that the tokenizer lacks (as special tokens)."""
     missing = [t for t in ROLE_TOKENS.get(model_type, ()) if t not in tokenizer.get_vocab()]
