@@ -23,6 +23,7 @@ _RAY_TASK_ERROR = re.compile(r"RayTaskError\((\w+)\)")
 # task): the frames that follow, and the exception that ends them, are the same failure
 _RAY_WRAPPER = re.compile(r"\b(ActorDiedError|RayActorError|ActorUnavailableError): (.*\bray::.*)")
 _TRACEBACK = "Traceback (most recent call last)"
+_SUBPROCESS = "Error raised in subprocess"
 _UNHANDLED = re.compile(r"Unhandled error \(suppress with|Error executing job with overrides")
 # a logging prefix in front of a traceback's lines: vLLM's `ERROR 12-01 10:00:00 [core.py:700] `, verl v1's
 # `ERROR:2026-12-01 10:00:00,123:`, Python's `ERROR:root:`
@@ -192,12 +193,27 @@ class Tracebacks:
 
     def root(self, total_steps: int) -> Block | None:
         """The first traceback after which training did not go on, else one left open (cut off)."""
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             if block.steps_before >= total_steps and (block.type or block.ray_types):
-                return block
+                return self._past_subprocess(i)
         if self.current is not None and (self.current.frames or self.current.ray_types):
             return self.current
         return None
+
+    def _past_subprocess(self, i: int) -> Block:
+        """The subprocess's own traceback where a failure is a child process that died: vLLM inspects a
+        model class in a child (`python -m vllm.model_executor.models.registry`) and reports
+        CalledProcessError, then `RuntimeError: Error raised in subprocess:`, then the child's traceback,
+        whose exception is the cause (a wheel missing on the node: "No module named 'mistral_common'")."""
+        blocks = self.blocks
+        if blocks[i].type != "CalledProcessError":
+            return blocks[i]
+        j = i + 1
+        if j < len(blocks) and blocks[j].type == "RuntimeError" and blocks[j].message.startswith(_SUBPROCESS):
+            j += 1
+            if j < len(blocks) and blocks[j].type and blocks[j].steps_before == blocks[i].steps_before:
+                return blocks[j]
+        return blocks[i]
 
     def exception(self, total_steps: int) -> dict[str, str] | None:
         """The root exception as {type, message}: a traceback's, a RayTaskError's, else a standalone line."""
