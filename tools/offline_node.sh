@@ -7,6 +7,8 @@
 #   tools/offline_node.sh run WORK CELL_ID [extra run-cell flags...]
 #   tools/offline_node.sh tiny WORK      (the families' tiny models only; setup with SKIP_TINY=1 leaves them)
 #
+# WHEELS_DIR holds the base wheel set and tools/node-extra-wheels.txt's (GDN, GLM-4.x V and Ministral 3 need them).
+#
 # `run` plans the cell on FAMILY (default qwen) with the model setup made for it: the tiny Qwen2 (qwen), the
 # tiny Qwen3-MoE (qwen3_moe), the real SmolLM2-135M-Instruct (llama), else tiny/<family>; MODEL= overrides.
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
