@@ -40,7 +40,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-9.json", 2, 3),
         ("probes-10.json", 2, 2),
         ("probes-11.json", 4, 5),
-        ("probes-12.json", 6, 8),
+        ("probes-12.json", 4, 8),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:

@@ -265,6 +265,11 @@ def reads(node: ast.AST) -> set[str]:
     return found
 
 
+def can_truths(test: ast.expr, layout: Layout) -> frozenset[bool]:
+    """The values a test can take on some rank of `layout` (both where it reads what the layout leaves open)."""
+    return _Eval(layout).truth(test)
+
+
 def can_hold(test: ast.expr, holds: bool, layout: Layout) -> bool:
     """Whether some rank of `layout` can take this branch (`holds`: the test true; else false)."""
     return holds in _Eval(layout).truth(test)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from verl_e2e.config.aspects import Hit, find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, overrides, quiet, unrun
+from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, overrides, quiet, retests, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.runtime import Ran, cheapest
@@ -86,7 +86,7 @@ class _Scan:
                 # a file whose every changed line sits under a layout no PR cell takes keeps what its path
                 # and records select (Level 0 runs the function), not what its words suggest
                 worded = self._aspects(file) if not unrun.nowhere(self.cells, file, self.ran, self.fams) else False
-                touched = worded | self._branches(file) | self._users(file)
+                touched = worded | self._branches(file) | self._retests(file) | self._users(file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
                     _unmatched_runs_level0(self.fams, self.col, file)
@@ -167,6 +167,26 @@ class _Scan:
             self.col.add(level, family, {kind}, ("layout-branch", why), file.path)
         self.found.unexecuted |= dict.fromkeys(unexecuted)
         return bool(picks)
+
+    def _retests(self, file: ChangedFile) -> bool:
+        """A rewritten test on the layout selects the first cell that decides it differently (retests.py)."""
+        if not file.diff_lines or not file.path.startswith("src/") or file.status == "A":
+            return False
+        cut = len(file.diff_lines) - len(file.added_at)
+        picked = False
+        for fam in self.fams.targets(file.path, file, changed=True):
+            moe = self.matrix.families[fam].has("moe")
+            found = retests.first_cell(self.cells, file.diff_lines[:cut], file.diff_lines[cut:], moe)
+            if found is None:
+                continue
+            cell, was, now = found
+            target = fam if cell.kind == "all" else self.fams.kind_family(fam, cell.kind)
+            if target is not None:
+                where = f"Level {cell.level}'s {cell.variant} layout"
+                why = f"the rewritten test `{now}` (was `{was}`) decides differently first in {where}"
+                self.col.add(cell.level, target, {cell.kind}, ("layout-branch", why), file.path)
+                picked = True
+        return picked
 
     def _apply(self, rule: Rule, file: ChangedFile) -> bool:
         """Try one rule on one file; True when it selected something."""

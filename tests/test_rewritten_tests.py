@@ -1,0 +1,48 @@
+"""A rewritten test on the parallel layout selects the first cell whose layout decides it differently
+(plan/retests.py): `and` turned into `or` around a PP size enters the VPP branch at PP = 2, which Level 0
+(PP = 1) never shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import layout, retests, runtime, surface
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.select import select
+
+PROVIDER = "src/megatron/bridge/models/model_provider.py"
+OLD = "    if (pp_group.size() > 1) and (vp_size is not None):"
+NEW = "    if (pp_group.size() > 1) or (vp_size is not None):"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "level"),
+    [
+        (OLD, NEW, 2),  # differs at PP = 2 without VPP
+        ("    if tp_size > 1:", "    if tp_size >= 1:", None),  # differs at TP = 1: Level 0 sees it
+        ("    if tp_size > 1 and x:", "    if tp_size > 1 and y:", 2),  # the changed part only counts at TP > 1
+        ("    if x:", "    if y:", None),  # no layout read
+        ("    return self.tp_size > 1", "    return self.tp_size > 2", 2),
+    ],
+)
+def test_the_first_cell_that_decides_a_rewritten_test_differently(
+    matrix: Matrix, old: str, new: str, level: int | None
+) -> None:
+    found = retests.first_cell(layout.cell_layouts(matrix), [old], [new], moe_family=False)
+    assert (found[0].level if found else None) == level, found
+
+
+def test_the_plan_runs_the_level_that_sees_it(matrix: Matrix) -> None:
+    change = ChangedFile(
+        PROVIDER,
+        diff_lines=(OLD, NEW),
+        scopes=("_create_model",),
+        module_level=False,
+        functions=("_create_model",),
+        added_at=(731,),
+        base_lines=(731,),
+    )
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 2 in plan.levels, plan.reasons
+    assert any("rewritten test" in r.why for r in plan.reasons[2]), plan.reasons[2]
