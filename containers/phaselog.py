@@ -35,8 +35,13 @@ FATAL: tuple[tuple[str, str], ...] = (
 )
 
 
+# lines that show training went on: a step finished after the FATAL line, so it was not fatal after all
+PROGRESS = ("timing_s/step", "Training Progress:")
+
+
 class Stuck:
-    """Notes the first FATAL line and says, GRACE_S later, that the phase should be stopped."""
+    """Notes the first FATAL line and says, GRACE_S later, that the phase should be stopped, unless a step
+    finished in between (a failed call verl survived)."""
 
     def __init__(self, grace: float = GRACE_S) -> None:
         self.grace = grace
@@ -44,6 +49,8 @@ class Stuck:
 
     def feed(self, line: str, now: float | None = None) -> None:
         if self.seen is not None:
+            if any(p in line for p in PROGRESS):
+                self.seen = None
             return
         for what, text in FATAL:
             if text in line:

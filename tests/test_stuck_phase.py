@@ -30,6 +30,13 @@ def test_a_failed_call_is_due_only_after_the_grace() -> None:
     assert why is not None and "weight sync" in why and "181 s ago" in why
 
 
+def test_a_step_after_the_line_means_verl_survived_it() -> None:
+    stuck = Stuck(grace=180)
+    stuck.feed(FAILED_RPC, now=100.0)
+    stuck.feed("(TaskRunnerV1 pid=3) Training Progress: 100%|##########| 1/1 [01:05<00:00, 65.66s/it]", now=150.0)
+    assert stuck.due(now=1000.0) is None
+
+
 def _script(tmp_path: Path, after: str) -> list[str]:
     body = f"import sys, time; print({FAILED_RPC!r}, flush=True); {after}"
     return [sys.executable, "-c", body]
