@@ -393,7 +393,7 @@ def test_mtp_weights_follow_the_checkpoint_naming(built: tuple[Path, dict[str, A
         ("gemma4", ("per_layer_config",), {"5": {"head_dim": 512}}),
         ("gemma4_vl", ("text_config", "per_layer_config"), {"5": {"head_dim": 512}}),
         ("gemma4_vl", ("vision_config", "hidden_size"), 128),  # a tower, where the class's default has none
-        # the fourth batch's stops (H200, 2026-12-04), each a key vLLM or Bridge read off the release's config
+        # the ninth batch's stops (H200, 2026-12-04), each a key vLLM or Bridge read off the release's config
         ("mimo_v2_flash", ("scoring_func",), "sigmoid"),
         ("minimax_m2", ("use_routing_bias",), True),
         ("glm_moe_dsa", ("topk_method",), "noaux_tc"),
