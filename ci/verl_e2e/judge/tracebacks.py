@@ -195,25 +195,10 @@ class Tracebacks:
         """The first traceback after which training did not go on, else one left open (cut off)."""
         for i, block in enumerate(self.blocks):
             if block.steps_before >= total_steps and (block.type or block.ray_types):
-                return self._past_subprocess(i)
+                return past_subprocess(self.blocks, i)
         if self.current is not None and (self.current.frames or self.current.ray_types):
             return self.current
         return None
-
-    def _past_subprocess(self, i: int) -> Block:
-        """The subprocess's own traceback where a failure is a child process that died: vLLM inspects a
-        model class in a child (`python -m vllm.model_executor.models.registry`) and reports
-        CalledProcessError, then `RuntimeError: Error raised in subprocess:`, then the child's traceback,
-        whose exception is the cause (a wheel missing on the node: "No module named 'mistral_common'")."""
-        blocks = self.blocks
-        if blocks[i].type != "CalledProcessError":
-            return blocks[i]
-        j = i + 1
-        if j < len(blocks) and blocks[j].type == "RuntimeError" and blocks[j].message.startswith(_SUBPROCESS):
-            j += 1
-            if j < len(blocks) and blocks[j].type and blocks[j].steps_before == blocks[i].steps_before:
-                return blocks[j]
-        return blocks[i]
 
     def exception(self, total_steps: int) -> dict[str, str] | None:
         """The root exception as {type, message}: a traceback's, a RayTaskError's, else a standalone line."""
@@ -224,3 +209,18 @@ class Tracebacks:
             etype = block.ray_types[-1]
             return {"type": etype, "message": self.ray_message if self.awaiting == etype else ""}
         return dict(self.standalone) if self.standalone else None
+
+
+def past_subprocess(blocks: list[Block], i: int) -> Block:
+    """The subprocess's own traceback where a failure is a child process that died: vLLM inspects a
+    model class in a child (`python -m vllm.model_executor.models.registry`) and reports
+    CalledProcessError, then `RuntimeError: Error raised in subprocess:`, then the child's traceback,
+    whose exception is the cause (a wheel missing on the node: "No module named 'mistral_common'")."""
+    if blocks[i].type != "CalledProcessError":
+        return blocks[i]
+    j = i + 1
+    if j < len(blocks) and blocks[j].type == "RuntimeError" and blocks[j].message.startswith(_SUBPROCESS):
+        j += 1
+        if j < len(blocks) and blocks[j].type and blocks[j].steps_before == blocks[i].steps_before:
+            return blocks[j]
+    return blocks[i]

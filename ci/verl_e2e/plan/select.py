@@ -86,7 +86,7 @@ class _Scan:
                 # a file whose every changed line sits under a layout no PR cell takes keeps what its path
                 # and records select (Level 0 runs the function), not what its words suggest
                 worded = self._aspects(file) if not unrun.nowhere(self.cells, file, self.ran, self.fams) else False
-                touched = worded | self._branches(file) | self._retests(file) | self._users(file)
+                touched = worded | self._branches(file) | _retests(self.matrix, self, file) | _users(self, file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
                     _unmatched_runs_level0(self.fams, self.col, file)
@@ -149,14 +149,6 @@ class _Scan:
                     self.col.add(level, target, kinds, (f"aspect:{hit.aspect.name}", why), file.path)
         return bool(hits)
 
-    def _users(self, file: ChangedFile) -> bool:
-        fam = self.fams.users(file)
-        if fam is not None:
-            named = ", ".join(list(dict.fromkeys(file.symbols))[:3])
-            why = f"only some architectures' model files use the changed code ({named}): {fam} is one, the default not"
-            self.col.add(0, fam, {"all"}, ("shared-code-users", why), file.path)
-        return fam is not None
-
     def _branches(self, file: ChangedFile) -> bool:
         """Changed lines that run only under some parallel layouts select the first cell whose layout
         runs them (Level 0 runs their function, not them); lines no cell runs are named."""
@@ -167,26 +159,6 @@ class _Scan:
             self.col.add(level, family, {kind}, ("layout-branch", why), file.path)
         self.found.unexecuted |= dict.fromkeys(unexecuted)
         return bool(picks)
-
-    def _retests(self, file: ChangedFile) -> bool:
-        """A rewritten test on the layout selects the first cell that decides it differently (retests.py)."""
-        if not file.diff_lines or not file.path.startswith("src/") or file.status == "A":
-            return False
-        cut = len(file.diff_lines) - len(file.added_at)
-        picked = False
-        for fam in self.fams.targets(file.path, file, changed=True):
-            moe = self.matrix.families[fam].has("moe")
-            found = retests.first_cell(self.cells, file.diff_lines[:cut], file.diff_lines[cut:], moe)
-            if found is None:
-                continue
-            cell, was, now = found
-            target = fam if cell.kind == "all" else self.fams.kind_family(fam, cell.kind)
-            if target is not None:
-                where = f"Level {cell.level}'s {cell.variant} layout"
-                why = f"the rewritten test `{now}` (was `{was}`) decides differently first in {where}"
-                self.col.add(cell.level, target, {cell.kind}, ("layout-branch", why), file.path)
-                picked = True
-        return picked
 
     def _apply(self, rule: Rule, file: ChangedFile) -> bool:
         """Try one rule on one file; True when it selected something."""
@@ -221,6 +193,37 @@ class _Scan:
         if changed and flags:
             _architecture_variant(self.matrix, self.col, fam, flags, path)
         return True
+
+
+def _users(scan: _Scan, file: ChangedFile) -> bool:
+    """Code only some architectures' model files use runs Level 0 on one of them."""
+    fam = scan.fams.users(file)
+    if fam is not None:
+        named = ", ".join(list(dict.fromkeys(file.symbols))[:3])
+        why = f"only some architectures' model files use the changed code ({named}): {fam} is one, the default not"
+        scan.col.add(0, fam, {"all"}, ("shared-code-users", why), file.path)
+    return fam is not None
+
+
+def _retests(matrix: Matrix, scan: _Scan, file: ChangedFile) -> bool:
+    """A rewritten test on the layout selects the first cell that decides it differently (retests.py)."""
+    if not file.diff_lines or not file.path.startswith("src/") or file.status == "A":
+        return False
+    cut = len(file.diff_lines) - len(file.added_at)
+    picked = False
+    for fam in scan.fams.targets(file.path, file, changed=True):
+        moe = matrix.families[fam].has("moe")
+        found = retests.first_cell(scan.cells, file.diff_lines[:cut], file.diff_lines[cut:], moe)
+        if found is None:
+            continue
+        cell, was, now = found
+        target = fam if cell.kind == "all" else scan.fams.kind_family(fam, cell.kind)
+        if target is not None:
+            where = f"Level {cell.level}'s {cell.variant} layout"
+            why = f"the rewritten test `{now}` (was `{was}`) decides differently first in {where}"
+            scan.col.add(cell.level, target, {cell.kind}, ("layout-branch", why), file.path)
+            picked = True
+    return picked
 
 
 def _switched(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
