@@ -109,7 +109,8 @@ def test_sequence_parallel_fsdp_and_experts_pick_their_levels(matrix: Matrix) ->
 
 def test_a_branch_no_cell_takes_is_named_not_run(matrix: Matrix) -> None:
     sel = select(matrix, [_changed('out["cp"] = True')])
-    assert sel.levels == (0,)  # its function runs at Level 0 (on verl's surface, nothing else matched)
+    # Level 0 would run the function around it, never the line: no level, and the plan names it
+    assert sel.levels == ()
     (note,) = sel.unexecuted
     line = _line('out["cp"] = True')
     assert note.startswith(f"changed lines no cell executes: {MAPPING}:{line} ")
@@ -120,7 +121,7 @@ def test_words_of_a_line_no_cell_takes_select_nothing(matrix: Matrix) -> None:
     """`tensor_model_parallel` is a parallel-layout word (Level 2), but the line sits under CP > 1, which no
     PR cell runs: the plan names the line instead of running Level 2, which would not take it either."""
     sel = select(matrix, [_changed("x = scatter(x, tensor_model_parallel_size=cfg.tp)")])
-    assert sel.levels == (0,)
+    assert sel.levels == ()
     assert any("no cell executes" in n and "cp.size() > 1" in n for n in sel.unexecuted)
     both = select(matrix, [_changed("x = scatter(x, tensor_model_parallel_size=cfg.tp)", "x = gather(x)")])
     assert 2 in both.levels  # a line some cell takes keeps the file's words
@@ -219,4 +220,4 @@ def test_the_plan_json_and_text_name_lines_no_cell_executes(matrix: Matrix, tmp_
     assert note.startswith("changed lines no cell executes: src/megatron/bridge/models/gpt_provider.py:332 ")
     assert "(under `if self._pg_collection.cp.size() > 1`; no cell runs them)" in note
     assert note in data["warnings"] and f"warning: {note}" in render_text(plan, matrix)
-    assert data["levels"] == [0]  # the function still runs at Level 0
+    assert data["levels"] == []  # Level 0 would run the function, never the line

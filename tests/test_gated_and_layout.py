@@ -96,3 +96,40 @@ CAT = re.compile(r"\btorch\.(cat|arange)\(")
 )
 def test_a_rewritten_expression_is_one_whose_own_text_changed(old: str, new: str, fires: bool) -> None:
     assert (rewritten(CAT, [old], [new]) is not None) is fires
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fires"),
+    [
+        # a slice bound rewritten: the query heads of group i taken from the wrong offset, same shape
+        (
+            "        out.append(q[i * heads_per_group : (i + 1) * heads_per_group, :])",
+            "        out.append(q[i : i + heads_per_group, :])",
+            True,
+        ),
+        ("    v = qkv_reshaped[v_slice]", "    v = qkv_reshaped[k_slice]", True),  # the sibling's index
+        ("    w = weight[perm]", "    w = weight[perm].clone()", False),  # the subscript itself unchanged
+        ('    x = hf_weights["k"]', '    x = hf_weights["v"]', False),  # a name lookup, not index arithmetic
+    ],
+)
+def test_slices_and_index_tensors_are_weight_layout(matrix: Matrix, old: str, new: str, fires: bool) -> None:
+    (aspect,) = [a for a in matrix.aspects if a.name == "weight-layout"]
+    assert (rewritten(aspect.pattern, [old], [new]) is not None) is fires
+
+
+CHECKPOINTING = "src/megatron/bridge/training/checkpointing.py"
+
+
+def test_fsdp_checkpoint_helpers_run_only_where_one_cell_saves_under_megatron_fsdp(matrix: Matrix) -> None:
+    """Level 1 saves under DDP and Level 3 runs Megatron-FSDP without saving: no cell has both."""
+    change = _inside(
+        CHECKPOINTING, "preprocess_fsdp_dtensor_state_dict", "-    if is_swiglu:", "+    if not is_swiglu:"
+    )
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert plan.levels == (), plan.reasons
+    assert "preprocess_fsdp_dtensor_state_dict" in " ".join(plan.unexecuted)
+    level3 = matrix.levels[3]
+    (fsdp,) = level3.variants
+    saving = replace(fsdp, env={**fsdp.env, "SAVE_FREQ": "1"})
+    wider = replace(matrix, levels={**matrix.levels, 3: replace(level3, variants=(saving,))})
+    assert 3 in select(wider, [change], surface=surface.shipped(), ran=runtime.shipped()).levels

@@ -126,6 +126,10 @@ class ParallelLinearAdapter:
 def _sync_adapters(model):
     for module in model.modules():
         module.reset()
+
+
+def create_adapters(model):
+    _sync_adapters(model)
 """
 
 PEFT_AFTER = PEFT_BEFORE.replace(

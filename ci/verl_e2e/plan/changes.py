@@ -57,6 +57,11 @@ class ChangedFile:
     # model files that use them (None: shared code uses them, or they were not looked up)
     symbols: tuple[str, ...] = ()
     serves: tuple[str, ...] | None = None
+    # every changed line adds these new top-level functions or classes to an existing module (additions.py)
+    new_definitions: tuple[str, ...] | None = None
+    # every place Bridge calls the changed definition from, none of which a cell takes (callsites.py):
+    # (path, line, function, "untaken" or "gated"); None where one may run or it was not looked up
+    callers: tuple[tuple[str, int, str, str], ...] | None = None
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -126,7 +131,7 @@ def read_changed_files(location: str, stdin_text: str | None = None) -> list[Cha
     return parse_name_status(text, str(path))
 
 
-def _strip_docstrings(tree: ast.AST) -> str:
+def stripped_dump(tree: ast.AST) -> str:
     """The AST without docstrings and without functions' argument and return annotations (Python never
     reads those at run time; a dataclass field's annotation, which defines the field, stays)."""
     for node in ast.walk(tree):
@@ -146,13 +151,65 @@ def _strip_docstrings(tree: ast.AST) -> str:
     return ast.dump(tree, include_attributes=False)
 
 
+_DYNAMIC = frozenset({"locals", "vars", "eval", "exec"})  # a function that reads its names as text
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp)
+
+
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The nodes of a function's own scope: not those of a nested function, class or comprehension."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [*function.body]
+    while todo:
+        node = todo.pop(0)
+        out.append(node)
+        if not isinstance(node, (*_SCOPES, ast.GeneratorExp)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The names a function binds in its own scope (not its parameters, which callers may pass by
+    keyword, nor those declared global or nonlocal), in the order a walk meets them; [] where it
+    calls locals() or the like."""
+    kept: set[str] = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    bound: dict[str, None] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id in _DYNAMIC:
+            return []
+    for node in _own_nodes(function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            kept.update(node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound[node.id] = None
+    return [n for n in bound if n not in kept]
+
+
+def _canonical_locals(tree: ast.AST) -> ast.AST:
+    """Each function's own variables renamed by order of appearance (`_l0_0`, `_l0_1`, ...), in its
+    whole body (a nested function reads them as closures): a variable renamed consistently inside a
+    function computes the same thing. A global becoming a local or two variables merged still differ
+    (the global's name is kept), and so does a variable of a comprehension or lambda renamed."""
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for k, node in enumerate(functions):  # a nested function's own names get its own prefix
+        names = {n: f"_l{k}_{i}" for i, n in enumerate(_local_names(node))}
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in names:
+                inner.id = names[inner.id]
+    return tree
+
+
 def is_cosmetic_python_change(old: bytes | None, new: bytes | None) -> bool:
-    """True when two versions of a Python file differ only in comments, docstrings, layout or function
-    type hints."""
+    """True when two versions of a Python file differ only in comments, docstrings, layout, function
+    type hints or the names of a function's own variables."""
     if old is None or new is None:
         return False
     try:
-        return _strip_docstrings(ast.parse(old)) == _strip_docstrings(ast.parse(new))
+        before, after = ast.parse(old), ast.parse(new)
+        if stripped_dump(before) == stripped_dump(after):
+            return True
+        return stripped_dump(_canonical_locals(before)) == stripped_dump(_canonical_locals(after))
     except (SyntaxError, ValueError):
         return False
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from verl_e2e.config.aspects import code_lines
-from verl_e2e.plan import bodies, conditions, fields, users
+from verl_e2e.plan import additions, bodies, conditions, fields, users
 from verl_e2e.plan.anchors import whole_statements
 from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
@@ -72,6 +72,7 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 unnamed_methods=d.classes.unnamed_methods(),
                 defaults=fields.from_text(d.path, d.assigned, d.unassigned) if d.path.endswith(".py") else (),
                 branches=tuple(d.branches),
+                new_definitions=d.found.additions.definitions if d.status == "M" and d.path.endswith(".py") else None,
             )
         )
     return out
@@ -111,6 +112,7 @@ def with_ast_scopes(
                 symbols=users.symbols(after, d.added_at) + users.symbols(before, d.removed_at)
                 if users.shared(f.path)
                 else (),
+                new_definitions=additions.still_new(f.new_definitions, before),
             )
         )
     return out

@@ -3,15 +3,19 @@
 verl imports a few Bridge functions that its Megatron engine registers only when a user asks for them
 (verl 1dda039, `verl/utils/megatron_utils.py` `make_megatron_module`): Bridge's `freeze_moe_router`
 as a post-creation hook when `moe_config.freeze_moe_router` is set in the model's override config, and
-`load_peft_adapter_checkpoint` as a pre-wrap hook when the LoRA config names an `adapter_path`. Every
-cell trains fresh adapters with the router left to PEFT, so a change only inside these functions runs
-in no cell: the plan names the lines and the setting rather than running Level 0, which imports the
-module and never calls them. Where a level's arguments turn the setting on, or a recorded cell ran the
-function, the change is planned as any other.
+`load_peft_adapter_checkpoint` as a pre-wrap hook when the LoRA config names an `adapter_path`; and
+its checkpoint manager saves and loads through `save_fsdp_dtensor_checkpoint` /
+`load_fsdp_dtensor_checkpoint` (and their `preprocess_fsdp_dtensor_state_dict`) only when a checkpoint
+is written or resumed with Megatron-FSDP on (`verl/utils/checkpoint/megatron_checkpoint_manager.py`).
+Every cell trains fresh adapters with the router left to PEFT, and the one level that saves does so
+under DDP, so a change only inside these functions runs in no cell: the plan names the lines and the
+setting rather than running Level 0, which imports the module and never calls them. Where a level's
+settings turn the call on, or a recorded cell ran the function, the change is planned as any other.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +30,17 @@ class Gate:
     function: str
     setting: str  # the verl override that turns the call on, as a cell's Hydra argument would name it
     where: str  # where verl makes the call
+    # settings one cell must have together (patterns over its `KEY=VALUE` environment and arguments);
+    # default: the setting alone
+    needs: tuple[str, ...] = ()
+
+
+_FSDP_CKPT = "src/megatron/bridge/training/checkpointing.py"
+_FSDP_NEEDS = (r"\bUSE_MEGATRON_FSDP=True\b", r"\b(SAVE_FREQ=[1-9]|RESUME_MODE=)")
+_FSDP_WHERE = (
+    "verl/utils/checkpoint/megatron_checkpoint_manager.py _save/_load_megatron_fsdp_checkpoint, when a "
+    "checkpoint is saved or resumed with Megatron-FSDP on"
+)
 
 
 GATES = (
@@ -42,6 +57,14 @@ GATES = (
         "lora.adapter_path",
         "verl/utils/megatron_utils.py make_megatron_module, when the LoRA config names an adapter_path",
     ),
+    *(
+        Gate(_FSDP_CKPT, name, "USE_MEGATRON_FSDP with SAVE_FREQ or RESUME_MODE", _FSDP_WHERE, _FSDP_NEEDS)
+        for name in (
+            "save_fsdp_dtensor_checkpoint",
+            "load_fsdp_dtensor_checkpoint",
+            "preprocess_fsdp_dtensor_state_dict",
+        )
+    ),
 )
 
 
@@ -52,7 +75,7 @@ def closed(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> str | None:
     if not names or file.module_level:
         return None
     gates = {g.function: g for g in GATES if g.path == file.path}
-    if not all(n in gates for n in names) or any(_set_by_a_level(matrix, gates[n].setting) for n in names):
+    if not all(n in gates for n in names) or any(_set_by_a_level(matrix, gates[n]) for n in names):
         return None
     if any(n in r.functions.get(file.path, ()) for r in ran for n in names):
         return None  # a recorded cell ran it after all: what ran decides
@@ -60,10 +83,39 @@ def closed(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> str | None:
     return f"{said}, which no level sets, so no cell runs the change"
 
 
-def _set_by_a_level(matrix: Matrix, setting: str) -> bool:
-    args = [
-        a
-        for level in matrix.levels.values()
-        for a in (*level.args, *(x for v in level.variants for x in (*v.args, *(y for p in v.phases for y in p.args))))
-    ]
-    return any(setting in a for a in args)
+def _settings(matrix: Matrix) -> list[str]:
+    """Each cell's settings as one text: its level's, variant's and phase's `KEY=VALUE` and arguments."""
+    out = []
+    for level in matrix.levels.values():
+        for v in level.variants:
+            for p in v.phases or (None,):
+                envs = [level.env, v.env, *([p.env] if p else [])]
+                args = [*level.args, *v.args, *(p.args if p else ())]
+                out.append("\n".join([*(f"{k}={val}" for e in envs for k, val in e.items()), *args]))
+    return out
+
+
+def _set_by_a_level(matrix: Matrix, gate: Gate) -> bool:
+    if not gate.needs:
+        return any(gate.setting in text for text in _settings(matrix))
+    return any(all(re.search(n, text) for n in gate.needs) for text in _settings(matrix))
+
+
+def uncalled(matrix: Matrix, file: ChangedFile) -> str | None:
+    """Why no cell runs a change whose definition Bridge calls only where no cell goes (callsites.py):
+    on lines recorded cells ran around and never took, or inside a gated function no level opens."""
+    if file.callers is None:
+        return None
+    gates = {(g.path, g.function): g for g in GATES}
+    lines: dict[tuple[str, str, str], list[str]] = {}
+    for path, line, function, how in file.callers:
+        gate = gates.get((path, function.split(".", 1)[0]))
+        if how == "gated" and (gate is None or _set_by_a_level(matrix, gate)):
+            return None
+        why = f"only under {gate.setting}" if gate is not None else "lines the recorded cells ran around, never took"
+        lines.setdefault((function, path.rsplit("/", 1)[-1], why), []).append(str(line))
+    shown = [f"{fn} ({name}:{', '.join(at)}: {why})" for (fn, name, why), at in lines.items()]
+    top = (file.functions or ("it",))[0].split(".", 1)[0]
+    if not shown:
+        return f"nothing in Bridge's sources calls {top}, and verl does not name it, so no cell runs the change"
+    return f"{top} is called only from {'; '.join(shown)}, so no cell runs the change"

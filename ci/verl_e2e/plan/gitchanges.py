@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
-from verl_e2e.plan import runtime, users
+from verl_e2e.plan import callsites, gated, runtime, users
 from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
 from verl_e2e.plan.diffs import parse_unified_diff
 from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
 from verl_e2e.plan.quiet import log_only_change
+from verl_e2e.plan.renames import renamed_definition, unused
 from verl_e2e.plan.surface import MODELS, shipped
 
 
@@ -117,6 +118,13 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
         for f in py
         if f.status == "M" and is_cosmetic_python_change(old.get(f.path) or None, new.get(f.path) or None)
     }
+    verl_reads = set(shipped().verl_attributes)
+    for f in py:  # a definition renamed where nothing names either name (renames.py)
+        renamed = (
+            None if f.status != "M" or f.path in cosmetic else renamed_definition(old.get(f.path), new.get(f.path))
+        )
+        if renamed is not None and unused(repo, merge_base, renamed, verl_reads):
+            cosmetic.add(f.path)
     files = [replace(f, cosmetic=f.path in cosmetic) for f in files]
     files = with_ast_scopes(with_diff(files, diffs), diffs, old, new)
     files = [  # the trees confirm what the hunks' text suggests (a logging call that opens above a hunk is missed),
@@ -126,6 +134,7 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
         else f
         for f in files
     ]
+    files = _with_callers(repo, merge_base, files)
     wanted = any(f.path.startswith(MODELS) or f.symbols for f in files)
     models = _head_models(repo, head_sha) if wanted else None
     if models:
@@ -149,3 +158,31 @@ def _head_models(repo: Path, head: str) -> dict[str, bytes]:
     paths = [p for p in listing.splitlines() if p.endswith(".py")]
     blobs = _blobs(repo, [f"{head}:{p}" for p in paths])
     return {p: blobs[f"{head}:{p}"] or b"" for p in paths}
+
+
+MAX_CALLER_LOOKUPS = 30  # files per plan whose callers are looked up (a git grep each): a big PR keeps its speed
+
+
+def _with_callers(repo: Path, base: str, files: list[ChangedFile]) -> list[ChangedFile]:
+    """Where Bridge calls each changed definition from, when no cell takes any of those calls."""
+    eligible = [f for f in files if f.status == "M" and f.functions and not f.module_level and f.path.endswith(".py")]
+    if not eligible or len(eligible) > MAX_CALLER_LOOKUPS:
+        return files
+    cache: dict[str, bytes | None] = {}
+
+    def read(path: str) -> bytes | None:
+        if path not in cache:
+            cache[path] = _blobs(repo, [f"{base}:{path}"]).get(f"{base}:{path}")
+        return cache[path]
+
+    index = shipped()
+    verl = {i.rsplit(":", 1)[-1] for i in index.verl_imports} | set(index.verl_attributes)
+    gates = {(g.path, g.function) for g in gated.GATES}
+    ran = runtime.shipped()
+    out = []
+    for f in files:
+        found = callsites.callers(repo, base, f, read=read, ran=ran, gates=gates, verl=verl) if f in eligible else None
+        out.append(
+            f if found is None else replace(f, callers=tuple((c.path, c.line, c.function, c.how) for c in found))
+        )
+    return out

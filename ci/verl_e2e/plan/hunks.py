@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from verl_e2e.plan.additions import Additions
 from verl_e2e.plan.branches import VOCABULARY, Branch, TextBranches
 from verl_e2e.plan.quiet import LogCalls
 
@@ -23,6 +24,7 @@ _LOGGING = re.compile(r"(log|print|warn)", re.I)
 class Found:
     branches: list[Branch] = field(default_factory=list)
     beyond_logging: bool = False  # a changed code line outside every logging call the hunk shows
+    additions: Additions = field(default_factory=Additions)  # new top-level definitions (additions.py)
 
 
 @dataclass
@@ -39,6 +41,7 @@ class HunkSides:
             self.sides[tag].append((text, number))
 
     def finish(self, found: Found) -> None:
+        found.additions.see(self.sides["-"], self.sides["+"])
         for tag, lines in self.sides.items():
             changed = [t for t, n in lines if n is not None]
             if not changed:

@@ -10,6 +10,7 @@ add Level 4, and any level above 0 implies Level 0 for the same family.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -69,8 +70,11 @@ class _Scan:
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
-            unbuilt = unbuilt or gated.closed(matrix, file, ran) or _overridden(self.found, file)
-            ran_it = not file.cosmetic and not file.log_only and unbuilt is None and self._executed(file)
+            unbuilt = unbuilt or gated.closed(matrix, file, ran) or gated.uncalled(matrix, file)
+            unbuilt = unbuilt or _overridden(self.found, file)
+            quiet_file = file.cosmetic or file.log_only or unbuilt is not None
+            nowhere = None if quiet_file else unrun.nowhere(self.cells, file, ran, self.fams)
+            ran_it = not quiet_file and nowhere is None and self._executed(file)
             if group is not None and not ran_it:
                 _ignored(self.found, group, file)
             elif file.cosmetic:
@@ -79,13 +83,17 @@ class _Scan:
                 self.found.off_surface[file.path] = quiet.SAID
             elif unbuilt is not None:
                 _unreached(self.found, file, unbuilt)
+            elif nowhere is not None:
+                self.found.off_surface[file.path] = "every changed line runs only under a layout no PR cell has"
+                self.found.unexecuted |= dict.fromkeys(nowhere)
             else:
                 if not ran_it and file.path not in self.ran_around and self._off_surface(file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
+                if file.new_definitions and not _called(self.matrix, file, files):
+                    _new_definitions(self, file, file.new_definitions)
+                    continue
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
-                # a file whose every changed line sits under a layout no PR cell takes keeps what its path
-                # and records select (Level 0 runs the function), not what its words suggest
-                worded = self._aspects(file) if not unrun.nowhere(self.cells, file, self.ran, self.fams) else False
+                worded = self._aspects(file)
                 touched = worded | self._branches(file) | _retests(self.matrix, self, file) | _users(self, file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
@@ -193,6 +201,35 @@ class _Scan:
         if changed and flags:
             _architecture_variant(self.matrix, self.col, fam, flags, path)
         return True
+
+
+def _called(matrix: Matrix, file: ChangedFile, files: Sequence[ChangedFile]) -> bool:
+    """Whether the new definitions may run: they are a family's own code (its cells are the check), or
+    another changed source file a cell can load names one of them (then their words count)."""
+    directory = family_dir(file.path)
+    if not file.path.startswith("src/") or directory not in (None, *SHARED_DIRS):
+        return True
+    names = file.new_definitions or ()
+    for other in files:
+        where = family_dir(other.path)
+        unknown_model = where not in (None, *SHARED_DIRS) and matrix.dir_family(where or "") is None
+        if other is file or not other.path.startswith("src/") or unknown_model:
+            continue
+        added = other.diff_lines[len(other.diff_lines) - len(other.added_at) :] if other.diff_lines else ()
+        if other.diff_lines is None or any(re.search(rf"\b{n}\b", line) for n in names for line in added):
+            return True
+    return False
+
+
+def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> None:
+    """New top-level definitions run at import only (additions.py): Level 0 on the module's family."""
+    shown = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+    why = (
+        f"adds new top-level definitions ({shown}): importing the module runs them, nothing unchanged calls "
+        "them, and a changed line that does is judged where it is"
+    )
+    for fam in scan.fams.targets(file.path, file, True):
+        scan.col.add(0, fam, {"all"}, ("new-definitions", why), file.path)
 
 
 def _users(scan: _Scan, file: ChangedFile) -> bool:

@@ -83,11 +83,11 @@ def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
     return all(n in done or _around_ran(n, done) for n in file.functions)
 
 
-def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], fams: Targets) -> str | None:
-    """Why no PR cell runs a change whose every changed code line sits under a layout condition no
-    PR cell's layout takes (a virtual-pipeline branch: every PR cell sets VPP off); None otherwise.
-    Its words select nothing (`vp_stage` is no Level 2 when Level 2 has no VPP): the plan names the
-    lines instead."""
+def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], fams: Targets) -> list[str] | None:
+    """The "no cell executes" lines of a change whose every changed code line sits under a layout
+    condition no PR cell's layout takes (a virtual-pipeline branch: every PR cell sets VPP off); None
+    otherwise. No level runs it: its words select nothing (`vp_stage` is no Level 2 when Level 2 has no
+    VPP), and Level 0 would run the function around it, never the lines, so the plan names them."""
     if not file.branches or not file.path.startswith("src/") or file.diff_lines is None:
         return None
     removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
@@ -96,7 +96,7 @@ def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], 
     if len({(b.line, b.removed) for b in file.branches}) < sides:
         return None
     picks, unexecuted = branch_levels.picks(cells, file, ran, fams)
-    return None if picks or not unexecuted else "; ".join(unexecuted)
+    return None if picks or not unexecuted else list(unexecuted)
 
 
 def off_layout(matrix: Matrix, file: ChangedFile) -> set[int]:

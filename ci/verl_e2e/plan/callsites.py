@@ -1,0 +1,190 @@
+"""Where Bridge calls a changed function from, and whether any cell reaches those calls.
+
+Static reach says a helper is on verl's surface when any reached code names it. The line records say
+more: `init_method_kaiming_uniform` is named only on the `elif init_method == "kaiming":` branch of
+`_get_init_fn`, which every recorded cell ran while taking the `xavier` and `zero` branches (verl's
+LoRA settings, the same in every cell). A change only inside such a helper runs in no cell, and
+Level 0 would import it and prove nothing. The same holds for a helper named only inside a function
+verl calls under a setting no level turns on (gated.py).
+
+Every mention of the changed definition's top-level name in Bridge's sources at the base is read
+(`git grep -w`), and each must be harmless: an import or `__all__` entry without an alias, an
+`isinstance` check, a comment, or a line inside a gated function, or one inside a function recorded
+cells ran whose statement none of them took, under no parallel-layout condition (a TP-only branch is
+for the layout rules). Anything else (module code, a class body, a subclass, a value passed on, a line
+a cell ran, a file no record covers) leaves the change to the other rules.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from verl_e2e.plan import branches, pyparse
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.runtime import Ran, blob_id
+from verl_e2e.plan.scopes import innermost
+
+BRIDGE = "src/megatron/bridge/"
+Read = Callable[[str], bytes | None]  # a base file's bytes by path, None where absent
+_CHECKS = ("isinstance", "issubclass")
+MIN_LINE_RECORDS = 3  # cells with line records that ran the function around a mention before it counts
+
+
+@dataclass(frozen=True)
+class Caller:
+    path: str
+    line: int
+    function: str  # the function the mention sits in
+    how: str  # "untaken": recorded cells ran the function, never this line; "gated": a gated function
+
+
+def _grep(repo: Path, rev: str, name: str) -> list[tuple[str, int]] | None:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "grep", "-n", "-w", "-F", "-e", name, rev, "--", BRIDGE],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        check=False,
+    )
+    if proc.returncode not in (0, 1):
+        return None
+    found = []
+    for row in proc.stdout.splitlines():
+        parts = row.split(":", 3)
+        if len(parts) == 4 and parts[2].isdigit():
+            found.append((parts[1], int(parts[2])))
+    return found
+
+
+def _statement(tree: ast.Module, line: int) -> ast.stmt | None:
+    """The innermost statement holding `line`: the one that starts last (and, on one line, ends first)."""
+    holding = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return max(holding, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)), default=None)
+
+
+def _header(stmt: ast.stmt) -> range:
+    """The lines a statement runs on its own: a compound statement's header, a simple one's whole span."""
+    body = getattr(stmt, "body", None)
+    if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+        return range(stmt.lineno, max(stmt.lineno, body[0].lineno - 1) + 1)
+    return range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+
+
+def _used(tree: ast.Module, line: int, name: str) -> bool:
+    """Whether `line` uses `name` in a way that may call it: not an alias-free import, an `__all__`
+    entry, an isinstance/issubclass check, or text no node holds (a comment, a docstring's words)."""
+    checked: set[int] = set()
+    exported: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+        ):
+            checked |= {id(n) for arg in node.args[1:] for n in ast.walk(arg)}
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            exported |= {id(n) for n in ast.walk(node.value)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno <= line <= (node.end_lineno or 0):
+            if any(a.name.rsplit(".", 1)[-1] == name and a.asname not in (None, name) for a in node.names):
+                return True
+        elif getattr(node, "lineno", None) != line or id(node) in checked or id(node) in exported:
+            continue
+        elif (isinstance(node, ast.Name) and node.id == name) or (
+            isinstance(node, ast.Attribute) and node.attr == name
+        ):
+            return True
+        elif isinstance(node, ast.Constant) and node.value == name:
+            return True  # getattr(module, "name")
+    return False
+
+
+class _Reader:
+    def __init__(self, read: Read, ran: Sequence[Ran], gates: set[tuple[str, str]]) -> None:
+        self.read, self.ran, self.gates = read, ran, gates
+        self.trees: dict[str, tuple[bytes, ast.Module] | None] = {}
+
+    def _tree(self, path: str) -> tuple[bytes, ast.Module] | None:
+        if path not in self.trees:
+            source = self.read(path)
+            tree = pyparse.tree(source) if source is not None else None
+            self.trees[path] = None if source is None or tree is None else (source, tree)
+        return self.trees[path]
+
+    def caller(self, path: str, line: int, name: str) -> Caller | bool | None:
+        """The caller a mention stands for; True where the mention cannot call; None where it may
+        run in a cell (or cannot be read)."""
+        found = self._tree(path)
+        if found is None:
+            return None
+        source, tree = found
+        if not _used(tree, line, name):
+            return True
+        inner = innermost(source, [line])
+        function = inner[0] if inner else ""
+        if (path, function.split(".", 1)[0]) in self.gates:
+            return Caller(path, line, function, "gated")
+        stmt = _statement(tree, line)
+        if not function or stmt is None or branches.from_source(source, [line], True):
+            return None
+        blob = blob_id(source)
+        ran_it = [r for r in self.ran if function in {q.replace(".<locals>", "") for q in r.functions.get(path, ())}]
+        # records made before cells wrote their lines say only that the function ran; the many that
+        # have lines (dense and MoE families, save and resume) decide, and none of them took the line
+        lines = [ls for ls in (r.ran_lines(path, blob) for r in ran_it) if ls is not None]
+        if len(lines) < MIN_LINE_RECORDS or any(ls & set(_header(stmt)) for ls in lines):
+            return None
+        return Caller(path, line, function, "untaken")
+
+
+def _defined_at(tree: ast.Module, name: str) -> set[int]:
+    """The lines of the module's own top-level `def`/`class name` (decorators included)."""
+    out: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            out |= {node.lineno, *(d.lineno for d in node.decorator_list)}
+    return out
+
+
+def callers(
+    repo: Path,
+    rev: str,
+    file: ChangedFile,
+    *,
+    read: Read,
+    ran: Sequence[Ran],
+    gates: set[tuple[str, str]],
+    verl: set[str],
+) -> tuple[Caller, ...] | None:
+    """The calls a change can run through, each one no cell takes (untaken or gated); None where any
+    may run, or the change is not inside functions of one top-level definition no recorded cell ran."""
+    names = file.functions
+    if file.status != "M" or not file.path.startswith(BRIDGE) or not names or file.module_level:
+        return None
+    tops = {n.split(".", 1)[0] for n in names}
+    done = {q.replace(".<locals>", "").split(".", 1)[0] for r in ran for q in r.functions.get(file.path, ())}
+    if len(tops) != 1 or tops & done or tops & verl:
+        return None  # several definitions, one a recorded cell ran (or built), or one verl names itself
+    (top,) = tops
+    reader = _Reader(read, ran, gates)
+    own = reader._tree(file.path)
+    mentions = _grep(repo, rev, top)
+    if own is None or mentions is None:
+        return None
+    defined = _defined_at(own[1], top)
+    if not defined or len(defined) > 1:
+        return None  # decorated (a registration may call it), defined twice, or not at the top level
+    out: list[Caller] = []
+    for path, line in mentions:
+        if path == file.path and line in defined:
+            continue
+        found = reader.caller(path, line, top)
+        if found is None:
+            return None
+        if isinstance(found, Caller):
+            out.append(found)
+    return tuple(out)

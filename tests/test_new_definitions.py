@@ -1,0 +1,124 @@
+"""A change that only adds new top-level functions or classes to a module verl imports (additions.py):
+nothing unchanged can call them, so importing the module (Level 0) is all they can break until a
+changed line calls them. Their words (a `tp_rank` branch in a mapping no bridge uses yet) select
+nothing more; a decorator, module code, a method of an existing class or a rename does. And a
+function's own variable renamed throughout computes the same thing (changes.is_cosmetic_python_change)."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import additions, runtime, surface
+from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change
+from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.enrich import with_diff
+from verl_e2e.plan.select import select
+
+MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
+NEW_MAPPING = "\n".join(
+    [
+        "@@ -1403,6 +1403,18 @@ class QKVMapping(MegatronParamMapping[Dict[str, torch.Tensor]]):",
+        "         )",
+        " ",
+        " ",
+        "+class KVMapping(MegatronParamMapping[Dict[str, torch.Tensor]]):",
+        '+    """Interleaved key/value weights."""',
+        "+",
+        "+    def hf_to_megatron(self, hf_weights, megatron_module):",
+        "+        if self.tp_rank == 0:",
+        '+            merged = merge_kv_weights(self._get_config(megatron_module), hf_weights["k"], hf_weights["v"])',
+        "+        else:",
+        "+            merged = None",
+        "+        return self._tp_mapping.hf_to_megatron(merged, megatron_module)",
+        "+",
+        "+",
+        " class MambaInProjMapping(MegatronParamMapping[Dict[str, torch.Tensor]]):",
+        '     """Mapping for Mamba input projection weights."""',
+        " ",
+        "",
+    ]
+)
+
+
+def _file(path: str, hunks: str) -> ChangedFile:
+    diff = f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n{hunks}"
+    (parsed,) = parse_unified_diff(diff).values()
+    (file,) = with_diff([ChangedFile(path)], {path: parsed})
+    return file
+
+
+def test_a_new_class_between_two_others_is_a_new_definition() -> None:
+    assert _file(MAPPING, NEW_MAPPING).new_definitions == ("KVMapping",)
+
+
+@pytest.mark.parametrize(
+    "hunk",
+    [
+        # decorated: a registration runs at import
+        "@@ -10,3 +10,7 @@\n x = 1\n \n+@register_bridge(source='Foo')\n+class FooBridge:\n+    pass\n+\n \n",
+        # module code beside the definition
+        "@@ -10,3 +10,6 @@\n x = 1\n \n+def f():\n+    return 1\n+REGISTRY['f'] = f\n \n",
+        # a method of an existing class (may override the base's)
+        "@@ -10,3 +10,5 @@ class A(Base):\n     x = 1\n \n+    def finalize(self):\n+        return None\n",
+        # a new def line over unchanged indented lines: an existing body under a new name
+        "@@ -10,4 +10,5 @@\n \n-def load(x):\n+def load_weights(x):\n     return x\n",
+        "@@ -10,3 +10,5 @@\n \n+def helper():\n+    pass\n     y = compute()\n",
+    ],
+)
+def test_anything_else_is_not(hunk: str) -> None:
+    assert _file(MAPPING, hunk).new_definitions is None
+
+
+def test_a_name_the_base_file_already_mentions_is_not_new() -> None:
+    assert additions.still_new(("KVMapping",), b"from x import y\n") == ("KVMapping",)
+    assert additions.still_new(("KVMapping",), b"KVMapping = None  # filled in below\n") is None
+
+
+def test_new_definitions_nothing_calls_run_level_0_only(matrix: Matrix) -> None:
+    plan = select(matrix, [_file(MAPPING, NEW_MAPPING)], surface=surface.shipped(), ran=runtime.shipped())
+    assert plan.levels == (0,)
+    assert any(r.rule == "new-definitions" for r in plan.reasons[0])
+
+
+def test_a_changed_line_that_calls_them_brings_their_words_back(matrix: Matrix) -> None:
+    caller = _file(
+        "src/megatron/bridge/models/qwen/qwen2_bridge.py",
+        "@@ -40,3 +40,3 @@ class Qwen2Bridge(MegatronModelBridge):\n"
+        "     def mapping_registry(self):\n"
+        '-        return [QKVMapping("qkv", q="q", k="k", v="v")]\n'
+        '+        return [KVMapping("kv", k="k", v="v")]\n',
+    )
+    plan = select(matrix, [_file(MAPPING, NEW_MAPPING), caller], surface=surface.shipped(), ran=runtime.shipped())
+    assert 2 in plan.levels  # the TP-rank branch of the mapping a bridge now uses
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "cosmetic"),
+    [
+        # a function's own variable renamed throughout: the same computation
+        (
+            "def t(m):\n    types = (A, B)\n    if isinstance(m, types):\n        return m\n",
+            "def t(m):\n    adapter_types = (A, B)\n    if isinstance(m, adapter_types):\n        return m\n",
+            True,
+        ),
+        # a closure keeps reading the renamed variable
+        (
+            "def f():\n    n = 2\n    def g(x):\n        return x * n\n    return g\n",
+            "def f():\n    k = 2\n    def g(x):\n        return x * k\n    return g\n",
+            True,
+        ),
+        # a parameter renamed: callers may pass it by keyword
+        ("def f(a):\n    return a\n", "def f(b):\n    return b\n", False),
+        # a local now named like the global it read: another value
+        ("def f():\n    a = 1\n    return b\n", "def f():\n    b = 1\n    return b\n", False),
+        # two variables merged
+        ("def f():\n    a = 1\n    b = 2\n    return a\n", "def f():\n    a = 1\n    a = 2\n    return a\n", False),
+        # a global read renamed: another object
+        ("def f():\n    x = g()\n    return x\n", "def f():\n    x = h()\n    return x\n", False),
+        # a function that reads its names as text
+        ("def f():\n    a = 1\n    return locals()\n", "def f():\n    b = 1\n    return locals()\n", False),
+    ],
+)
+def test_a_variable_renamed_inside_its_function_is_cosmetic(old: str, new: str, cosmetic: bool) -> None:
+    assert is_cosmetic_python_change(old.encode(), new.encode()) is cosmetic

@@ -1,0 +1,161 @@
+"""A helper Bridge calls only where no cell goes (callsites.py, gated.uncalled): from a branch of a
+function recorded cells ran without ever taking it (an init method verl never picks), or from a
+function verl calls only under a setting no level sets. Such a change runs in no cell, and the plan
+says so instead of running Level 0. Built on a real git repository and recorded-cell doubles in the
+shape `data/runtime.json` gives (functions, lines, blob ids)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan import callsites, gated
+from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.runtime import Ran, blob_id
+from verl_e2e.plan.select import select
+
+UTILS = "src/megatron/bridge/peft/utils.py"
+SOURCE = """\
+import torch
+
+
+def init_kaiming(val):
+    def init_(t):
+        return torch.nn.init.kaiming_uniform_(t, a=val)
+
+    return init_
+
+
+class Adapter:
+    def _get_init_fn(self, method):
+        if method == "xavier":
+            fn = torch.nn.init.xavier_normal_
+        elif method == "kaiming":
+            fn = init_kaiming(5)
+        else:
+            fn = None
+        return fn
+
+    def split(self, w):
+        if self.tp_size > 1:
+            return init_kaiming(1)
+        return w
+"""
+TAKEN = {1, 4, 8, 11, 12, 13, 14, 17, 18, 20, 21, 23}  # what a cell with method="xavier" at TP=1 ran
+
+
+def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "-C", str(tmp_path), *ident, "commit", "-qm", "base"], check=True)
+    return tmp_path
+
+
+def _ran(source: str, taken: set[int], cells: int = 3) -> list[Ran]:
+    functions = frozenset({"Adapter._get_init_fn", "Adapter.split"})
+    return [
+        Ran(
+            0,
+            "lora-ddp",
+            f"fam{i}",
+            "b",
+            "v",
+            {UTILS: functions},
+            {UTILS: frozenset(taken)},
+            {UTILS: blob_id(source.encode())},
+        )
+        for i in range(cells)
+    ]
+
+
+def _change() -> ChangedFile:
+    return ChangedFile(
+        UTILS,
+        diff_lines=("-        return x", "+        return y"),
+        module_level=False,
+        functions=("init_kaiming.init_",),
+    )
+
+
+def _callers(repo: Path, source: str, ran: list[Ran]) -> tuple[callsites.Caller, ...] | None:
+    return callsites.callers(
+        repo,
+        "HEAD",
+        _change(),
+        read=lambda p: (repo / p).read_bytes() if (repo / p).exists() else None,
+        ran=ran,
+        gates=set(),
+        verl=set(),
+    )
+
+
+def test_a_helper_named_only_on_branches_no_cell_took_runs_in_no_cell(tmp_path: Path, matrix: Matrix) -> None:
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    repo = _repo(tmp_path, {UTILS: source})
+    found = _callers(repo, source, _ran(source, TAKEN - {23}))
+    assert found is not None and [(c.line, c.how) for c in found] == [(16, "untaken")]
+    change = replace(_change(), callers=tuple((c.path, c.line, c.function, c.how) for c in found))
+    why = gated.uncalled(matrix, change)
+    assert why is not None and "Adapter._get_init_fn (utils.py:16" in why
+    assert select(matrix, [change]).levels == ()
+
+
+@pytest.mark.parametrize(
+    ("taken", "cells", "why"),
+    [
+        (TAKEN | {16}, 3, "a cell took the branch"),
+        (TAKEN, 2, "too few cells recorded their lines"),
+    ],
+)
+def test_a_branch_a_cell_took_or_too_few_records_leave_the_change_planned(
+    tmp_path: Path, taken: set[int], cells: int, why: str
+) -> None:
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    repo = _repo(tmp_path, {UTILS: source})
+    assert _callers(repo, source, _ran(source, taken, cells)) is None, why
+
+
+def test_a_mention_under_a_layout_condition_is_for_the_layout_rules(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {UTILS: SOURCE})  # `split` calls it only when tp_size > 1: Level 2 may
+    assert _callers(repo, SOURCE, _ran(SOURCE, TAKEN)) is None
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "from megatron.bridge.peft.utils import init_kaiming\n\nINIT = init_kaiming(2)\n",  # module code
+        "from megatron.bridge.peft.utils import init_kaiming as k\n",  # an alias hides its uses
+        "def pick(m):\n    return getattr(m, 'init_kaiming')\n",  # looked up by name
+    ],
+)
+def test_any_other_mention_leaves_the_change_planned(tmp_path: Path, other: str) -> None:
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    repo = _repo(tmp_path, {UTILS: source, "src/megatron/bridge/other.py": other})
+    assert _callers(repo, source, _ran(source, TAKEN - {23})) is None
+
+
+def test_an_import_and_an_isinstance_check_call_nothing(tmp_path: Path) -> None:
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    other = (
+        "from megatron.bridge.peft.utils import init_kaiming\n\n\ndef f(x):\n    return isinstance(x, init_kaiming)\n"
+    )
+    repo = _repo(tmp_path, {UTILS: source, "src/megatron/bridge/other.py": other})
+    found = _callers(repo, source, _ran(source, TAKEN - {23}))
+    assert found is not None and [c.line for c in found] == [16]
+
+
+def test_a_decorated_definition_may_be_called_by_what_registers_it(tmp_path: Path) -> None:
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    decorated = source.replace("def init_kaiming(val):", "@INITS.register('kaiming')\ndef init_kaiming(val):")
+    shifted = {n + 1 if n >= 4 else n for n in TAKEN - {23}}  # the same cells, one line down
+    assert _callers(_repo(tmp_path / "a", {UTILS: source}), source, _ran(source, TAKEN - {23})) is not None
+    repo = _repo(tmp_path / "b", {UTILS: decorated})
+    assert _callers(repo, decorated, _ran(decorated, shifted)) is None
