@@ -31,6 +31,7 @@ from verl_e2e.plan.scopes import innermost
 BRIDGE = "src/megatron/bridge/"
 Read = Callable[[str], bytes | None]  # a base file's bytes by path, None where absent
 _CHECKS = ("isinstance", "issubclass")
+MAX_MENTIONS = 40  # lines naming the definition beyond which it is left to the other rules (and fast)
 MIN_LINE_RECORDS = 3  # cells with line records that ran the function around a mention before it counts
 
 
@@ -74,39 +75,35 @@ def _header(stmt: ast.stmt) -> range:
     return range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
 
 
-def _used(tree: ast.Module, line: int, name: str) -> bool:
-    """Whether `line` uses `name` in a way that may call it: not an alias-free import, an `__all__`
+def _uses(tree: ast.Module, name: str) -> set[int]:
+    """The lines that use `name` in a way that may call it: not an alias-free import, an `__all__`
     entry, an isinstance/issubclass check, or text no node holds (a comment, a docstring's words)."""
     checked: set[int] = set()
     exported: set[int] = set()
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("isinstance", "issubclass")
-        ):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CHECKS:
             checked |= {id(n) for arg in node.args[1:] for n in ast.walk(arg)}
         elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             exported |= {id(n) for n in ast.walk(node.value)}
+    lines: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno <= line <= (node.end_lineno or 0):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             if any(a.name.rsplit(".", 1)[-1] == name and a.asname not in (None, name) for a in node.names):
-                return True
-        elif getattr(node, "lineno", None) != line or id(node) in checked or id(node) in exported:
+                lines |= set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        elif id(node) in checked or id(node) in exported or not hasattr(node, "lineno"):
             continue
-        elif (isinstance(node, ast.Name) and node.id == name) or (
-            isinstance(node, ast.Attribute) and node.attr == name
-        ):
-            return True
+        elif getattr(node, "id", None) == name or (isinstance(node, ast.Attribute) and node.attr == name):
+            lines.add(node.lineno)
         elif isinstance(node, ast.Constant) and node.value == name:
-            return True  # getattr(module, "name")
-    return False
+            lines.add(node.lineno)  # getattr(module, "name")
+    return lines
 
 
 class _Reader:
     def __init__(self, read: Read, ran: Sequence[Ran], gates: set[tuple[str, str]]) -> None:
         self.read, self.ran, self.gates = read, ran, gates
         self.trees: dict[str, tuple[bytes, ast.Module] | None] = {}
+        self.uses: dict[tuple[str, str], set[int]] = {}
 
     def _tree(self, path: str) -> tuple[bytes, ast.Module] | None:
         if path not in self.trees:
@@ -122,7 +119,9 @@ class _Reader:
         if found is None:
             return None
         source, tree = found
-        if not _used(tree, line, name):
+        if (path, name) not in self.uses:
+            self.uses[path, name] = _uses(tree, name)
+        if line not in self.uses[path, name]:
             return True
         inner = innermost(source, [line])
         function = inner[0] if inner else ""
@@ -173,8 +172,8 @@ def callers(
     reader = _Reader(read, ran, gates)
     own = reader._tree(file.path)
     mentions = _grep(repo, rev, top)
-    if own is None or mentions is None:
-        return None
+    if own is None or mentions is None or len(mentions) > MAX_MENTIONS:
+        return None  # unreadable, or named so widely that some use surely runs
     defined = _defined_at(own[1], top)
     if not defined or len(defined) > 1:
         return None  # decorated (a registration may call it), defined twice, or not at the top level

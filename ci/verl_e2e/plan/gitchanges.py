@@ -160,7 +160,7 @@ def _head_models(repo: Path, head: str) -> dict[str, bytes]:
     return {p: blobs[f"{head}:{p}"] or b"" for p in paths}
 
 
-MAX_CALLER_LOOKUPS = 30  # files per plan whose callers are looked up (a git grep each): a big PR keeps its speed
+MAX_CALLER_LOOKUPS = 16  # files per plan whose callers are looked up (a git grep each): a big PR keeps its speed
 
 
 def _with_callers(repo: Path, base: str, files: list[ChangedFile]) -> list[ChangedFile]:
