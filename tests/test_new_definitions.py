@@ -122,3 +122,33 @@ def test_a_changed_line_that_calls_them_brings_their_words_back(matrix: Matrix) 
 )
 def test_a_variable_renamed_inside_its_function_is_cosmetic(old: str, new: str, cosmetic: bool) -> None:
     assert is_cosmetic_python_change(old.encode(), new.encode()) is cosmetic
+
+
+NEW_MODULE = "src/megatron/bridge/peft/vera_layers.py"
+NEW_MODULE_TEXT = "class VeRAAdapter(nn.Module):\n    def forward(self, x):\n        return self.linear_out(x) * (self.alpha / self.dim)\n"
+
+
+def _added(path: str, text: str) -> ChangedFile:
+    lines = text.splitlines()
+    hunk = f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines)
+    diff = f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n{hunk}"
+    (parsed,) = parse_unified_diff(diff).values()
+    (file,) = with_diff([ChangedFile(path, status="A")], {path: parsed})
+    return file
+
+
+def test_a_new_module_nothing_names_runs_in_no_cell(matrix: Matrix) -> None:
+    """An adapter file added under peft/ with no import of it: nothing loads it, whatever its words."""
+    plan = select(matrix, [_added(NEW_MODULE, NEW_MODULE_TEXT)], surface=surface.shipped(), ran=runtime.shipped())
+    assert plan.levels == ()
+    assert any("vera_layers" in n and "nothing imports" in n for n in plan.unexecuted)
+
+
+def test_a_new_module_the_change_imports_is_planned(matrix: Matrix) -> None:
+    importer = _file(
+        "src/megatron/bridge/peft/lora.py",
+        "@@ -20,2 +20,3 @@\n import torch\n+from megatron.bridge.peft.vera_layers import VeRAAdapter\n \n",
+    )
+    files = [_added(NEW_MODULE, NEW_MODULE_TEXT), importer]
+    plan = select(matrix, files, surface=surface.shipped(), ran=runtime.shipped())
+    assert 5 in plan.levels  # the adapter's forward is what an imported layer may now compute

@@ -62,6 +62,8 @@ class ChangedFile:
     # every place Bridge calls the changed definition from, none of which a cell takes (callsites.py):
     # (path, line, function, "untaken" or "gated"); None where one may run or it was not looked up
     callers: tuple[tuple[str, int, str, str], ...] | None = None
+    # an added module whose name the base tree already mentions (a guarded import waiting for it): --repo
+    named_before: bool = False
 
     @property
     def paths(self) -> tuple[str, ...]:

@@ -18,7 +18,8 @@ from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_
 from verl_e2e.plan.diffs import parse_unified_diff
 from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
 from verl_e2e.plan.quiet import log_only_change
-from verl_e2e.plan.renames import renamed_definition, unused
+from verl_e2e.plan.registry import SHARED
+from verl_e2e.plan.renames import mentions, renamed_definition, unused
 from verl_e2e.plan.surface import MODELS, shipped
 
 
@@ -125,7 +126,7 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
         )
         if renamed is not None and unused(repo, merge_base, renamed, verl_reads):
             cosmetic.add(f.path)
-    files = [replace(f, cosmetic=f.path in cosmetic) for f in files]
+    files = [replace(f, cosmetic=f.path in cosmetic, named_before=_named_before(repo, merge_base, f)) for f in files]
     files = with_ast_scopes(with_diff(files, diffs), diffs, old, new)
     files = [  # the trees confirm what the hunks' text suggests (a logging call that opens above a hunk is missed),
         # and decide where every changed line holds a string (a progress call's text, which the text cannot tell)
@@ -186,3 +187,13 @@ def _with_callers(repo: Path, base: str, files: list[ChangedFile]) -> list[Chang
             f if found is None else replace(f, callers=tuple((c.path, c.line, c.function, c.how) for c in found))
         )
     return out
+
+
+def _named_before(repo: Path, base: str, file: ChangedFile) -> bool:
+    """An added Bridge module whose name the base's sources already mention (a guarded import)."""
+    if file.status != "A" or not file.path.startswith("src/megatron/bridge/") or not file.path.endswith(".py"):
+        return False
+    rest = file.path.removeprefix(MODELS)
+    if rest != file.path and "/" in rest and rest.split("/", 1)[0] not in SHARED:
+        return False  # a model directory's new file is its family's, whoever names it
+    return mentions(repo, base, file.path.rsplit("/", 1)[-1].removesuffix(".py")) != 0

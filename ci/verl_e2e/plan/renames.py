@@ -40,7 +40,7 @@ def renamed_definition(old: bytes | None, new: bytes | None) -> tuple[str, str] 
     return renamed if stripped_dump(before) == stripped_dump(after) else None
 
 
-def _mentions(repo: Path, rev: str, name: str) -> int:
+def mentions(repo: Path, rev: str, name: str) -> int:
     """Lines of Bridge's sources at `rev` that hold `name` as a word (-1 where git cannot say)."""
     proc = subprocess.run(
         ["git", "-C", str(repo), "grep", "-w", "-c", "-F", "-e", name, rev, "--", "src/"],
@@ -59,4 +59,4 @@ def unused(repo: Path, rev: str, renamed: tuple[str, str], verl_reads: set[str])
     was, now = renamed
     if was in verl_reads or now in verl_reads:
         return False
-    return _mentions(repo, rev, was) == 1 and _mentions(repo, rev, now) == 0
+    return mentions(repo, rev, was) == 1 and mentions(repo, rev, now) == 0

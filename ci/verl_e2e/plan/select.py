@@ -81,7 +81,7 @@ class _Scan:
                 self.found.cosmetic.append(file.path)
             elif file.log_only and file.path not in escalated:
                 self.found.off_surface[file.path] = quiet.SAID
-            elif unbuilt is not None:
+            elif unbuilt is not None or (unbuilt := _unimported(file, files)) is not None:
                 _unreached(self.found, file, unbuilt)
             elif nowhere is not None:
                 self.found.off_surface[file.path] = "every changed line runs only under a layout no PR cell has"
@@ -306,6 +306,25 @@ def _undecided_aspects(matrix: Matrix, file: ChangedFile, found: Findings) -> No
         if aspect.paths is None or aspect.paths.matches(file.path):
             for level in aspect.levels:
                 found.undecided[level].add(f"aspect {aspect.name}")
+
+
+def _unimported(file: ChangedFile, files: Sequence[ChangedFile]) -> str | None:
+    """Why a module the change adds runs in no cell: nothing names it (no other changed file's added
+    lines, nor the base tree where `--repo` could look), so nothing imports it. A model directory's new
+    file is the family's (its rules run the family), and a package's `__init__` is imported with it."""
+    if file.status != "A" or file.named_before or not file.path.startswith("src/megatron/bridge/"):
+        return None
+    if not file.path.endswith(".py") or file.path.endswith("__init__.py"):
+        return None
+    if family_dir(file.path) not in (None, *SHARED_DIRS):
+        return None
+    stem = file.path.rsplit("/", 1)[-1].removesuffix(".py")
+    word = re.compile(rf"\b{re.escape(stem)}\b")
+    for other in files:
+        added = other.diff_lines[len(other.diff_lines) - len(other.added_at) :] if other.diff_lines else ()
+        if other is not file and (other.diff_lines is None or any(word.search(line) for line in added)):
+            return None
+    return f"a new module nothing imports: no changed file names `{stem}`, so no cell loads it"
 
 
 def _new_model_code(file: ChangedFile) -> bool:
