@@ -159,3 +159,24 @@ def test_a_decorated_definition_may_be_called_by_what_registers_it(tmp_path: Pat
     assert _callers(_repo(tmp_path / "a", {UTILS: source}), source, _ran(source, TAKEN - {23})) is not None
     repo = _repo(tmp_path / "b", {UTILS: decorated})
     assert _callers(repo, decorated, _ran(decorated, shifted)) is None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a branch on the kind of model: the MTP family's Level 4 cell takes what no recorded cell did
+        ('        elif method == "kaiming":\n', '        elif method == "kaiming" and self.config.mtp_num_layers:\n'),
+        # an early exit before it, on the same
+        (
+            '        if method == "xavier":\n',
+            '        if not self.config.vision_config:\n            return None\n        if method == "xavier":\n',
+        ),
+    ],
+)
+def test_a_mention_under_a_model_kind_condition_is_left_to_level_4(tmp_path: Path, before: str, after: str) -> None:
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    changed = source.replace(before, after)
+    shift = changed.count("\n") - source.count("\n")
+    taken = {n + shift if n > 14 else n for n in TAKEN - {23}}
+    repo = _repo(tmp_path, {UTILS: changed})
+    assert _callers(repo, changed, _ran(changed, taken)) is None

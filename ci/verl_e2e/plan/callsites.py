@@ -18,6 +18,7 @@ a cell ran, a file no record covers) leaves the change to the other rules.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -99,6 +100,38 @@ def _uses(tree: ast.Module, name: str) -> set[int]:
     return lines
 
 
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+# conditions on what kind of model a cell trains, which the recorded cells (dense and MoE text models,
+# LoRA, TP=1) never met but Level 4's MTP, vision, quantised and hybrid cells do
+_KINDS = re.compile(
+    r"(?i)(mtp|vision|visual|image|video|audio|multimodal|quant|qat|modelopt|fp8|fp4|mamba|ssm|hybrid|gdn"
+    r"|linear_att|gated_delta|custom|heterogeneous|vlm|language_model)"
+)
+
+
+def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
+    """The tests a line runs under: of every `if`/`while` and conditional expression around it, and of
+    the early-exit guards (`if not x: return`) before it in each block around it."""
+    tests: list[ast.expr] = []
+    for st in body:
+        if st.lineno > line:
+            break
+        if (st.end_lineno or st.lineno) < line:
+            if isinstance(st, ast.If) and st.body and isinstance(st.body[-1], _EXITS):
+                tests.append(st.test)
+            continue
+        if isinstance(st, (ast.If, ast.While)):
+            tests.append(st.test)
+        tests += [n.test for n in ast.walk(st) if isinstance(n, ast.IfExp) and n.lineno <= line <= (n.end_lineno or 0)]
+        blocks = [getattr(st, f, None) for f in ("body", "orelse", "finalbody")]
+        blocks += [h.body for h in getattr(st, "handlers", [])] + [c.body for c in getattr(st, "cases", [])]
+        for block in blocks:
+            if block and block[0].lineno <= line <= (block[-1].end_lineno or block[-1].lineno):
+                tests += _tests_above(block, line)
+        break
+    return tests
+
+
 class _Reader:
     def __init__(self, read: Read, ran: Sequence[Ran], gates: set[tuple[str, str]]) -> None:
         self.read, self.ran, self.gates = read, ran, gates
@@ -129,7 +162,9 @@ class _Reader:
             return Caller(path, line, function, "gated")
         stmt = _statement(tree, line)
         if not function or stmt is None or branches.from_source(source, [line], True):
-            return None
+            return None  # a layout condition: for the layout rules (Level 2's TP branch)
+        if any(_KINDS.search(ast.unparse(test)) for test in _tests_above(tree.body, line)):
+            return None  # a kind condition (MTP, vision, quantisation, ...): Level 4's cells may take it
         blob = blob_id(source)
         ran_it = [r for r in self.ran if function in {q.replace(".<locals>", "") for q in r.functions.get(path, ())}]
         # records made before cells wrote their lines say only that the function ran; the many that
