@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from verl_e2e.config.matrix import Matrix
-from verl_e2e.plan import callsites, gated
+from verl_e2e.plan import callsites, gated, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.select import select
@@ -180,3 +180,50 @@ def test_a_mention_under_a_model_kind_condition_is_left_to_level_4(tmp_path: Pat
     taken = {n + shift if n > 14 else n for n in TAKEN - {23}}
     repo = _repo(tmp_path, {UTILS: changed})
     assert _callers(repo, changed, _ran(changed, taken)) is None
+
+
+BLOB = "0aa0496a39" + "0" * 30
+
+
+def _untaken(base_lines: tuple[int, ...], cells: int, **more: object) -> ChangedFile:
+    change = ChangedFile(
+        UTILS,
+        diff_lines=("-            fn = nn.Dropout(p)", "+            fn = nn.Dropout(p, inplace=True)"),
+        scopes=("Adapter.__init__",),
+        module_level=False,
+        functions=("Adapter.__init__",),
+        added_at=base_lines,
+        base_lines=base_lines,
+        old_blob=BLOB[:10],
+    )
+    return replace(change, **more)  # type: ignore[arg-type]
+
+
+def _cells(taken: set[int], cells: int, path: str = UTILS) -> list[Ran]:
+    functions = frozenset({"Adapter.__init__"})
+    return [
+        Ran(0, "lora-ddp", f"fam{i}", "b", "v", {path: functions}, {path: frozenset(taken)}, {path: BLOB})
+        for i in range(cells)
+    ]
+
+
+def test_a_changed_line_cells_ran_around_and_never_took_runs_in_no_cell(matrix: Matrix) -> None:
+    """`if dropout > 0.0:` where every cell trains LoRA without dropout: Level 0 runs `__init__`, not it."""
+    change = _untaken((86,), 3)
+    assert unrun.untaken_branch(change, _cells({84, 85, 88}, 3)) is not None
+    plan = select(matrix, [change], ran=_cells({84, 85, 88}, 3))
+    assert plan.levels == () and any(f"{UTILS}:86" in n for n in plan.unexecuted)
+
+
+@pytest.mark.parametrize(
+    ("taken", "cells", "more"),
+    [
+        ({84, 85, 86}, 3, {}),  # a cell took it
+        ({84, 85}, 2, {}),  # too few cells with line records
+        ({84, 85}, 3, {"unrecorded_conditions": True}),  # under `if cfg.mtp_num_layers:`: Level 4's MTP cell
+        ({84, 85}, 3, {"path": "src/megatron/bridge/models/qwen/qwen2_bridge.py"}),  # a family's own code
+    ],
+)
+def test_a_line_some_cell_may_take_is_planned(taken: set[int], cells: int, more: dict[str, object]) -> None:
+    change = _untaken((86,), cells, **more)
+    assert unrun.untaken_branch(change, _cells(taken, cells, change.path)) is None

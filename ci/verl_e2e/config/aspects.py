@@ -235,6 +235,25 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
             at = [i for i, (a, b) in enumerate(zip(old, tokens, strict=True)) if a != b]
             if at and not _in_call(tokens, at[0]) and pattern.search(line):
                 return f"{old[at[0]]} and {tokens[at[0]]} swapped"
+    return _crossed(pattern, removed, added)
+
+
+def _crossed(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
+    """Two lines rewritten in place, each with one token changed, the one taking the other's
+    (`"k": k,` / `"v": v,` into `"k": v,` / `"v": k,`): a swap across lines."""
+    if len(removed) != len(added):
+        return None
+    changed: list[tuple[str, str]] = []
+    for old_line, new_line in zip(removed, added, strict=True):
+        old, new = _TOKEN.findall(old_line), _TOKEN.findall(new_line)
+        if len(old) != len(new) or _CHOICE.search(new_line) or not pattern.search(new_line):
+            continue
+        at = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        if len(at) == 1 and not _in_call(new, at[0]):
+            changed.append((old[at[0]], new[at[0]]))
+    for a, b in changed:
+        if a != b and (b, a) in changed:
+            return f"{a} and {b} swapped across lines"
     return None
 
 

@@ -101,12 +101,19 @@ def _uses(tree: ast.Module, name: str) -> set[int]:
 
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
-# conditions on what kind of model a cell trains, which the recorded cells (dense and MoE text models,
-# LoRA, TP=1) never met but Level 4's MTP, vision, quantised and hybrid cells do
-_KINDS = re.compile(
+# conditions the recorded cells (dense and MoE text models, LoRA, TP=1, one step) never met but a PR
+# cell may: the model's kind (Level 4's MTP, vision, quantised and hybrid cells) and the state of a run
+# (a cache hit, a later step: Level 5's many steps)
+_UNRECORDED = re.compile(
     r"(?i)(mtp|vision|visual|image|video|audio|multimodal|quant|qat|modelopt|fp8|fp4|mamba|ssm|hybrid|gdn"
-    r"|linear_att|gated_delta|custom|heterogeneous|vlm|language_model)"
+    r"|linear_att|gated_delta|custom|heterogeneous|vlm|language_model"
+    r"|cache|cached|initiali[sz]ed|first|step|iteration|count|seen|warned|once|training)"
 )
+
+
+def unrecorded_condition(tree: ast.Module, line: int) -> bool:
+    """Whether a line runs under a condition on the model's kind or the run's state (see above)."""
+    return any(_UNRECORDED.search(ast.unparse(test)) for test in _tests_above(tree.body, line))
 
 
 def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
@@ -163,8 +170,8 @@ class _Reader:
         stmt = _statement(tree, line)
         if not function or stmt is None or branches.from_source(source, [line], True):
             return None  # a layout condition: for the layout rules (Level 2's TP branch)
-        if any(_KINDS.search(ast.unparse(test)) for test in _tests_above(tree.body, line)):
-            return None  # a kind condition (MTP, vision, quantisation, ...): Level 4's cells may take it
+        if unrecorded_condition(tree, line):
+            return None  # a kind (MTP, vision, ...) or state (a cache hit) condition: Level 4 or 5 may take it
         blob = blob_id(source)
         ran_it = [r for r in self.ran if function in {q.replace(".<locals>", "") for q in r.functions.get(path, ())}]
         # records made before cells wrote their lines say only that the function ran; the many that

@@ -64,6 +64,8 @@ class ChangedFile:
     callers: tuple[tuple[str, int, str, str], ...] | None = None
     # an added module whose name the base tree already mentions (a guarded import waiting for it): --repo
     named_before: bool = False
+    # a changed line runs under a condition on the model's kind or the run's state (callsites.py): --repo
+    unrecorded_conditions: bool = False
 
     @property
     def paths(self) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from verl_e2e.config.aspects import code_lines
-from verl_e2e.plan import additions, bodies, conditions, fields, users
+from verl_e2e.plan import additions, bodies, callsites, conditions, fields, pyparse, users
 from verl_e2e.plan.anchors import whole_statements
 from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
@@ -113,9 +113,15 @@ def with_ast_scopes(
                 if users.shared(f.path)
                 else (),
                 new_definitions=additions.still_new(f.new_definitions, before),
+                unrecorded_conditions=_unrecorded(before, d.removed_at) or _unrecorded(after, d.added_at),
             )
         )
     return out
+
+
+def _unrecorded(source: bytes | None, lines: Sequence[int]) -> bool:
+    tree = pyparse.tree(source) if source is not None and lines else None
+    return tree is not None and any(callsites.unrecorded_condition(tree, n) for n in lines)
 
 
 def with_architectures(

@@ -71,7 +71,7 @@ class _Scan:
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
             unbuilt = unbuilt or gated.closed(matrix, file, ran) or gated.uncalled(matrix, file)
-            unbuilt = unbuilt or _overridden(self.found, file)
+            unbuilt = unbuilt or _overridden(self.found, file) or unrun.untaken_branch(file, ran)
             quiet_file = file.cosmetic or file.log_only or unbuilt is not None
             nowhere = None if quiet_file else unrun.nowhere(self.cells, file, ran, self.fams)
             ran_it = not quiet_file and nowhere is None and self._executed(file)
@@ -239,6 +239,12 @@ def _users(scan: _Scan, file: ChangedFile) -> bool:
         named = ", ".join(list(dict.fromkeys(file.symbols))[:3])
         why = f"only some architectures' model files use the changed code ({named}): {fam} is one, the default not"
         scan.col.add(0, fam, {"all"}, ("shared-code-users", why), file.path)
+        # code only a MoE/VLM/MTP family uses is that family's code: its Level 4 variant, as for its own files
+        flags = {f for f in ("moe", "vlm", "mtp") if scan.matrix.families[fam].flags.get(f) is True}
+        if flags:
+            scan.col.add(
+                4, fam, flags, ("shared-code-users", f"{why}; {fam} trains it in its Level 4 variant"), file.path
+            )
     return fam is not None
 
 

@@ -169,3 +169,28 @@ def uncalled(file: ChangedFile, why: str) -> str | None:
     else:
         return None
     return f"changed lines no cell executes: {where} ({why})"
+
+
+MIN_LINE_RECORDS = 3  # cells with line records that ran the code around a change before their word counts
+
+
+def untaken_branch(file: ChangedFile, ran: Sequence[Ran]) -> str | None:
+    """Why no cell runs a change to shared code whose lines at least three recorded cells with line
+    records ran around and never took, under no layout condition and none on the model's kind or the
+    run's state (`--repo`): a branch a setting every cell shares leaves out (`if dropout > 0.0:` where
+    verl trains LoRA without dropout). Level 0 would run the function, not the lines. Family code is
+    never judged so: not every family is recorded."""
+    if not file.functions or file.module_level or file.branches or file.unrecorded_conditions or not file.base_lines:
+        return None
+    if family_dir(file.path) not in (None, *SHARED_DIRS):
+        return None
+    base = file.old_path or file.path
+    only, unnamed = file.methods_only, file.unnamed_methods
+    around = executed(ran, base, file.scopes, False, file.functions, methods_only=only, unnamed_methods=unnamed)
+    lines = [ls for ls in (r.ran_lines(base, file.old_blob) for r, _ in around) if ls is not None]
+    if len(lines) < MIN_LINE_RECORDS or any(ls & set(file.base_lines) for ls in lines):
+        return None
+    return (
+        f"{len(lines)} recorded cells ran the code around them and none took them; they sit under no "
+        "parallel-layout, model-kind or run-state condition, so a setting every cell shares leaves them out"
+    )

@@ -116,12 +116,20 @@ def architectures(
     A changed method (`Class.method`) is looked up by its own name first: a base-class method only
     Llama's bridge calls, through `super()`, serves Llama, though every bridge names the base class.
     Where the methods say nothing, their classes are (a mapping class only Gemma's bridge builds)."""
-    methods = tuple(dict.fromkeys(n.rsplit(".", 1)[1] for n in names if "." in n))
+    text = source.decode("utf-8", "replace") if source is not None else ""
+    # a method several classes of the file define (`hf_to_megatron` of every mapping) is an interface:
+    # its name says nothing about who uses this class's version, so the class is looked up instead
+    methods = tuple(dict.fromkeys(m for n in names if "." in n and own_method(m := n.rsplit(".", 1)[1], text)))
     found = _architectures(path, methods, source, models, ran) if methods else ()
     if found != ():
         return found  # the methods' users, or None: shared code calls them
     top = tuple(dict.fromkeys(n.split(".", 1)[0] for n in names))
     return _architectures(path, top, source, models, ran) or None
+
+
+def own_method(name: str, text: str) -> bool:
+    """Whether one class alone in the file defines the method (not an interface every class overrides)."""
+    return len(re.findall(rf"\bdef {re.escape(name)}\(", text)) < 2
 
 
 def _architectures(
