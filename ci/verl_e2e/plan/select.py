@@ -10,14 +10,13 @@ add Level 4, and any level above 0 implies Level 0 for the same family.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from verl_e2e.config.aspects import Hit, find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, overrides, quiet, retests, unrun
+from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, newcode, overrides, quiet, retests, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.runtime import Ran, cheapest
@@ -81,7 +80,7 @@ class _Scan:
                 self.found.cosmetic.append(file.path)
             elif file.log_only and file.path not in escalated:
                 self.found.off_surface[file.path] = quiet.SAID
-            elif unbuilt is not None or (unbuilt := _unimported(file, files)) is not None:
+            elif unbuilt is not None or (unbuilt := newcode.unimported(file, files)) is not None:
                 _unreached(self.found, file, unbuilt)
             elif nowhere is not None:
                 self.found.off_surface[file.path] = "every changed line runs only under a layout no PR cell has"
@@ -89,7 +88,7 @@ class _Scan:
             else:
                 if not ran_it and file.path not in self.ran_around and self._off_surface(file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
-                if file.new_definitions and not _called(self.matrix, file, files):
+                if file.new_definitions and not newcode.called(self.matrix, file, files):
                     _new_definitions(self, file, file.new_definitions)
                     continue
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
@@ -203,24 +202,6 @@ class _Scan:
         return True
 
 
-def _called(matrix: Matrix, file: ChangedFile, files: Sequence[ChangedFile]) -> bool:
-    """Whether the new definitions may run: they are a family's own code (its cells are the check), or
-    another changed source file a cell can load names one of them (then their words count)."""
-    directory = family_dir(file.path)
-    if not file.path.startswith("src/") or directory not in (None, *SHARED_DIRS):
-        return True
-    names = file.new_definitions or ()
-    for other in files:
-        where = family_dir(other.path)
-        unknown_model = where not in (None, *SHARED_DIRS) and matrix.dir_family(where or "") is None
-        if other is file or not other.path.startswith("src/") or unknown_model:
-            continue
-        added = other.diff_lines[len(other.diff_lines) - len(other.added_at) :] if other.diff_lines else ()
-        if other.diff_lines is None or any(re.search(rf"\b{n}\b", line) for n in names for line in added):
-            return True
-    return False
-
-
 def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> None:
     """New top-level definitions run at import only (additions.py): Level 0 on the module's family."""
     shown = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
@@ -232,9 +213,24 @@ def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> 
         scan.col.add(0, fam, {"all"}, ("new-definitions", why), file.path)
 
 
+def _ran_elsewhere(ran: Sequence[Ran], file: ChangedFile, family: str) -> bool:
+    """Recorded cells of other families than `family` ran every changed function (exact scopes only)."""
+    if not file.functions or file.module_level:
+        return False
+    by = {
+        r.family
+        for r in ran
+        for p in file.paths
+        if all(f in {q.replace(".<locals>", "") for q in r.functions.get(p, ())} for f in file.functions)
+    }
+    return bool(by) and family not in by
+
+
 def _users(scan: _Scan, file: ChangedFile) -> bool:
     """Code only some architectures' model files use runs Level 0 on one of them."""
     fam = scan.fams.users(file)
+    if fam is not None and _ran_elsewhere(scan.ran, file, fam):
+        return False  # the model files name it, but recorded cells of other families ran it: shared in practice
     if fam is not None:
         named = ", ".join(list(dict.fromkeys(file.symbols))[:3])
         why = f"only some architectures' model files use the changed code ({named}): {fam} is one, the default not"
@@ -312,25 +308,6 @@ def _undecided_aspects(matrix: Matrix, file: ChangedFile, found: Findings) -> No
         if aspect.paths is None or aspect.paths.matches(file.path):
             for level in aspect.levels:
                 found.undecided[level].add(f"aspect {aspect.name}")
-
-
-def _unimported(file: ChangedFile, files: Sequence[ChangedFile]) -> str | None:
-    """Why a module the change adds runs in no cell: nothing names it (no other changed file's added
-    lines, nor the base tree where `--repo` could look), so nothing imports it. A model directory's new
-    file is the family's (its rules run the family), and a package's `__init__` is imported with it."""
-    if file.status != "A" or file.named_before or not file.path.startswith("src/megatron/bridge/"):
-        return None
-    if not file.path.endswith(".py") or file.path.endswith("__init__.py"):
-        return None
-    if family_dir(file.path) not in (None, *SHARED_DIRS):
-        return None
-    stem = file.path.rsplit("/", 1)[-1].removesuffix(".py")
-    word = re.compile(rf"\b{re.escape(stem)}\b")
-    for other in files:
-        added = other.diff_lines[len(other.diff_lines) - len(other.added_at) :] if other.diff_lines else ()
-        if other is not file and (other.diff_lines is None or any(word.search(line) for line in added)):
-            return None
-    return f"a new module nothing imports: no changed file names `{stem}`, so no cell loads it"
 
 
 def _new_model_code(file: ChangedFile) -> bool:
