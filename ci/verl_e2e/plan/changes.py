@@ -204,16 +204,17 @@ def _canonical_locals(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def is_cosmetic_python_change(old: bytes | None, new: bytes | None) -> bool:
+def is_cosmetic_python_change(old: bytes | None, new: bytes | None, renames: bool = True) -> bool:
     """True when two versions of a Python file differ only in comments, docstrings, layout, function
-    type hints or the names of a function's own variables."""
+    type hints or (with `renames`: a small change, where a rename is what it may be) the names of a
+    function's own variables."""
     if old is None or new is None:
         return False
     try:
         before, after = ast.parse(old), ast.parse(new)
         if stripped_dump(before) == stripped_dump(after):
             return True
-        return stripped_dump(_canonical_locals(before)) == stripped_dump(_canonical_locals(after))
+        return renames and stripped_dump(_canonical_locals(before)) == stripped_dump(_canonical_locals(after))
     except (SyntaxError, ValueError):
         return False
 

@@ -8,6 +8,7 @@ All blobs come through one `git cat-file --batch` process.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -114,16 +115,17 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
     blobs = _blobs(repo, specs)
     old = {f.old_path or f.path: blobs.get(f"{merge_base}:{f.old_path or f.path}") or b"" for f in py}
     new = {f.path: blobs.get(f"{head_sha}:{f.path}") or b"" for f in py}
+    small = {f.path for f in py if (d := diffs.get(f.path)) is not None and _may_rename(d.removed, d.added)}
     cosmetic = {
         f.path
         for f in py
-        if f.status == "M" and is_cosmetic_python_change(old.get(f.path) or None, new.get(f.path) or None)
+        if f.status == "M"
+        and is_cosmetic_python_change(old.get(f.path) or None, new.get(f.path) or None, renames=f.path in small)
     }
     verl_reads = set(shipped().verl_attributes)
     for f in py:  # a definition renamed where nothing names either name (renames.py)
-        renamed = (
-            None if f.status != "M" or f.path in cosmetic else renamed_definition(old.get(f.path), new.get(f.path))
-        )
+        kept = f.status != "M" or f.path in cosmetic or f.path not in small
+        renamed = None if kept else renamed_definition(old.get(f.path), new.get(f.path))
         if renamed is not None and unused(repo, merge_base, renamed, verl_reads):
             cosmetic.add(f.path)
     files = [replace(f, cosmetic=f.path in cosmetic, named_before=_named_before(repo, merge_base, f)) for f in files]
@@ -159,6 +161,25 @@ def _head_models(repo: Path, head: str) -> dict[str, bytes]:
     paths = [p for p in listing.splitlines() if p.endswith(".py")]
     blobs = _blobs(repo, [f"{head}:{p}" for p in paths])
     return {p: blobs[f"{head}:{p}"] or b"" for p in paths}
+
+
+RENAME_LINES = 24  # changed lines up to which a file's change is also read as a rename (two more AST walks)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _may_rename(removed: list[str], added: list[str]) -> bool:
+    """A small change whose lines pair up, each pair alike but for its names: what a rename looks like."""
+    if not removed or len(removed) != len(added) or len(removed) + len(added) > RENAME_LINES:
+        return False
+    return all(_alike(a.strip(), b.strip()) for a, b in zip(removed, added, strict=True))
+
+
+def _alike(old: str, new: str) -> bool:
+    """Two lines alike but for their names; a definition's header the diff reader took for a removal
+    (`del name`, diffs.py) is alike any new header."""
+    if old.startswith("del ") and new.startswith(("def ", "async def ", "class ")):
+        return True
+    return _NAME.sub("x", old) == _NAME.sub("x", new)
 
 
 MAX_CALLER_LOOKUPS = 16  # files per plan whose callers are looked up (a git grep each): a big PR keeps its speed
