@@ -222,7 +222,7 @@ def test_the_shipped_verl_imports_are_those_of_the_pinned_verl(matrix: Matrix, t
     from .test_verl_config import TARBALL
 
     if not TARBALL.is_file():
-        pytest.skip(f"{TARBALL} is missing (the shared verl source)")
+        pytest.fail(f"{TARBALL} is missing: the pinned verl source is part of the shared data")
     with tarfile.open(TARBALL) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith("verl/") and m.name.endswith(".py")]
         tar.extractall(tmp_path, members=members, filter="data")

@@ -19,21 +19,21 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_e2e.plan import branches, pyparse
 from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.renames import where_named
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.scopes import innermost
+from verl_e2e.plan.unrun import MIN_LINE_RECORDS
 
 BRIDGE = "src/megatron/bridge/"
 Read = Callable[[str], bytes | None]  # a base file's bytes by path, None where absent
 _CHECKS = ("isinstance", "issubclass")
 MAX_MENTIONS = 40  # lines naming the definition beyond which it is left to the other rules (and fast)
-MIN_LINE_RECORDS = 3  # cells with line records that ran the function around a mention before it counts
 
 
 @dataclass(frozen=True)
@@ -42,24 +42,6 @@ class Caller:
     line: int
     function: str  # the function the mention sits in
     how: str  # "untaken": recorded cells ran the function, never this line; "gated": a gated function
-
-
-def _grep(repo: Path, rev: str, name: str) -> list[tuple[str, int]] | None:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "grep", "-n", "-w", "-F", "-e", name, rev, "--", BRIDGE],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        check=False,
-    )
-    if proc.returncode not in (0, 1):
-        return None
-    found = []
-    for row in proc.stdout.splitlines():
-        parts = row.split(":", 3)
-        if len(parts) == 4 and parts[2].isdigit():
-            found.append((parts[1], int(parts[2])))
-    return found
 
 
 def _statement(tree: ast.Module, line: int) -> ast.stmt | None:
@@ -213,7 +195,7 @@ def callers(
     (top,) = tops
     reader = _Reader(read, ran, gates)
     own = reader._tree(file.path)
-    mentions = _grep(repo, rev, top)
+    mentions = where_named(repo, rev, top)
     if own is None or mentions is None or len(mentions) > MAX_MENTIONS:
         return None  # unreadable, or named so widely that some use surely runs
     defined = _defined_at(own[1], top)

@@ -27,8 +27,7 @@ def called(matrix: Matrix, file: ChangedFile, files: Sequence[ChangedFile]) -> b
         unknown_model = where not in (None, *SHARED_DIRS) and matrix.dir_family(where or "") is None
         if other is file or not other.path.startswith("src/") or unknown_model:
             continue
-        added = other.diff_lines[len(other.diff_lines) - len(other.added_at) :] if other.diff_lines else ()
-        if other.diff_lines is None or any(re.search(rf"\b{n}\b", line) for n in names for line in added):
+        if other.diff_lines is None or any(re.search(rf"\b{n}\b", line) for n in names for line in _added(other)):
             return True
     return False
 
@@ -46,7 +45,12 @@ def unimported(file: ChangedFile, files: Sequence[ChangedFile]) -> str | None:
     stem = file.path.rsplit("/", 1)[-1].removesuffix(".py")
     word = re.compile(rf"\b{re.escape(stem)}\b")
     for other in files:
-        added = other.diff_lines[len(other.diff_lines) - len(other.added_at) :] if other.diff_lines else ()
-        if other is not file and (other.diff_lines is None or any(word.search(line) for line in added)):
+        if other is not file and (other.diff_lines is None or any(word.search(line) for line in _added(other))):
             return None
     return f"a new module nothing imports: no changed file names `{stem}`, so no cell loads it"
+
+
+def _added(file: ChangedFile) -> tuple[str, ...]:
+    """The lines a file's change adds (its diff lines are the removed ones, then the added)."""
+    lines = file.diff_lines or ()
+    return lines[len(lines) - len(file.added_at) :]

@@ -40,18 +40,30 @@ def renamed_definition(old: bytes | None, new: bytes | None) -> tuple[str, str] 
     return renamed if stripped_dump(before) == stripped_dump(after) else None
 
 
-def mentions(repo: Path, rev: str, name: str) -> int:
-    """Lines of Bridge's sources at `rev` that hold `name` as a word (-1 where git cannot say)."""
+def where_named(repo: Path, rev: str, name: str) -> list[tuple[str, int]] | None:
+    """(path, line) of every line of Bridge's sources at `rev` that holds `name` as a word; None where
+    git cannot say. One reader for the rename check here and the caller look-up (callsites.py)."""
     proc = subprocess.run(
-        ["git", "-C", str(repo), "grep", "-w", "-c", "-F", "-e", name, rev, "--", "src/"],
+        ["git", "-C", str(repo), "grep", "-n", "-w", "-F", "-e", name, rev, "--", "src/"],
         capture_output=True,
         text=True,
         errors="replace",
         check=False,
     )
     if proc.returncode not in (0, 1):
-        return -1
-    return sum(int(line.rsplit(":", 1)[1]) for line in proc.stdout.splitlines() if line.rsplit(":", 1)[-1].isdigit())
+        return None
+    found = []
+    for row in proc.stdout.splitlines():
+        parts = row.split(":", 3)  # rev:path:line:text
+        if len(parts) == 4 and parts[2].isdigit():
+            found.append((parts[1], int(parts[2])))
+    return found
+
+
+def mentions(repo: Path, rev: str, name: str) -> int:
+    """Lines of Bridge's sources at `rev` that hold `name` as a word (-1 where git cannot say)."""
+    found = where_named(repo, rev, name)
+    return -1 if found is None else len(found)
 
 
 def unused(repo: Path, rev: str, renamed: tuple[str, str], verl_reads: set[str]) -> bool:
