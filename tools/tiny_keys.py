@@ -63,8 +63,10 @@ HEAD_KEYS = (
     "encoder_attention_heads",
     "decoder_attention_heads",
     "num_sliding_attention_heads",
-    "index_n_heads",
 )
+# index_n_heads (the sparse-attention indexer of GLM-5 / DeepSeek-V3.2) keeps its default: vLLM runs the
+# indexer through DeepGEMM's MQA-logits kernel, which asserts 32 or 64 heads (a 4-head indexer stopped
+# glm_moe_dsa's Level 0 on the H200, 2026-12-04)
 HEAD_DIM_KEYS = ("head_dim", "global_head_dim", "query_pre_attn_scalar")
 EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "top_k_experts", "moe_top_k")
