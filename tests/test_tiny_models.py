@@ -509,3 +509,11 @@ def test_a_processor_that_reads_named_tokens_off_the_tokenizer_is_written(built:
     config = json.loads((out / "gemma_vl" / "config.json").read_text())
     assert processor.tokenizer.image_token_id == config["image_token_index"]
     assert processor.tokenizer.boi_token_id == config["boi_token_index"]
+
+
+def test_a_sparse_attention_indexer_keeps_the_head_count_vllms_kernel_takes() -> None:
+    """GLM-5's indexer runs in vLLM through DeepGEMM's MQA-logits kernel, which asserts 32 or 64 heads:
+    the 4-head indexer an earlier shrink wrote stopped glm_moe_dsa on the H200 (2026-12-04)."""
+    glm5 = {"num_attention_heads": 64, "num_key_value_heads": 64, "index_n_heads": 32, "index_head_dim": 128}
+    over, _ = mtm.shrink_overrides(glm5, 1024)
+    assert over["num_attention_heads"] == 4 and "index_n_heads" not in over
