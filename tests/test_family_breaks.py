@@ -54,9 +54,19 @@ EXPECTED = {
     "step37": ("no_critic", "Fail", "model_build", NO_MAPPING),
     "qwen35_vl_moe": ("no_critic", "Fail", "model_build", NO_MAPPING),
     # EXAONE 4.5's text model expands verl's [batch, seq] mask as EXAONE 4's attention does
-    "exaone45.cannot_run": ("cannot_run", "Fail", "runtime", "must match the existing size (21) at non-singleton dimension 2"),
+    "exaone45.cannot_run": (
+        "cannot_run",
+        "Fail",
+        "runtime",
+        "must match the existing size (21) at non-singleton dimension 2",
+    ),
     # merged, Bridge's QKV export splits a LoRA tensor with one head size where values are narrower
-    "mimo_v2_flash.cannot_run": ("cannot_run", "Fail", "runtime", "shape '[8, 192, 4]' is invalid for input of size 5632"),
+    "mimo_v2_flash.cannot_run": (
+        "cannot_run",
+        "Fail",
+        "runtime",
+        "shape '[8, 192, 4]' is invalid for input of size 5632",
+    ),
     # the pinned vLLM and transformers do not import Mistral 3's vision module together
     "ministral3": ("cannot_run", "Blocked", "setup", "cannot import name 'PixtralRotaryEmbedding'"),
 }

@@ -223,6 +223,9 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
     for line in set(removed) & set(added):
         if _COLLECTS.search(line) and pattern.search(line):
             return f"`{line.strip()}` moved"
+    crossed = _across_branch(pattern, removed, added)
+    if crossed is not None:
+        return crossed
     olds: dict[tuple[str, ...], list[list[str]]] = {}
     for line in removed:
         tokens = _TOKEN.findall(line)
@@ -236,6 +239,25 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
             if at and not _in_call(tokens, at[0]) and pattern.search(line):
                 return f"{old[at[0]]} and {tokens[at[0]]} swapped"
     return _crossed(pattern, removed, added)
+
+
+_BRANCH = re.compile(r"^\s*(elif\b|else\s*:|if\b)")
+_STORES = re.compile(r"^\s*(return\b|yield\b|[\w.]+(\[[^\]]*\])?\s*=[^=])")
+
+
+def _across_branch(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
+    """A statement that stores a value moved to the other side of a branch header (`x = gate` taken
+    from under `if is_gate:` and put under `elif is_up:`): which branch stores which value changed,
+    while git shows both lines unchanged. Blocks moved whole keep each header above its body."""
+    moved = set(removed) & set(added)
+    heads = [line for line in moved if _BRANCH.match(line)]
+    for line in moved:
+        if not _STORES.match(line) or _BRANCH.match(line) or not pattern.search(line):
+            continue
+        for head in heads:
+            if (removed.index(line) < removed.index(head)) != (added.index(line) < added.index(head)):
+                return f"`{line.strip()}` moved across `{head.strip()}`"
+    return None
 
 
 def _crossed(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:

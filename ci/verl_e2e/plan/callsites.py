@@ -58,9 +58,11 @@ def _header(stmt: ast.stmt) -> range:
     return range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
 
 
-def _uses(tree: ast.Module, name: str) -> set[int]:
+def _uses(tree: ast.Module, name: str, method: bool = False) -> set[int]:
     """The lines that use `name` in a way that may call it: not an alias-free import, an `__all__`
-    entry, an isinstance/issubclass check, or text no node holds (a comment, a docstring's words)."""
+    entry, an isinstance/issubclass check, or text no node holds (a comment, a docstring's words). A
+    method is reached only as an attribute (`self.m`, `obj.m`) or by `getattr`: a bare name is another
+    thing of that name (a local `etp_rank = ...`)."""
     checked: set[int] = set()
     exported: set[int] = set()
     for node in ast.walk(tree):
@@ -75,11 +77,16 @@ def _uses(tree: ast.Module, name: str) -> set[int]:
                 lines |= set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         elif id(node) in checked or id(node) in exported or not hasattr(node, "lineno"):
             continue
-        elif getattr(node, "id", None) == name or (isinstance(node, ast.Attribute) and node.attr == name):
+        elif _names(node, name, method):
             lines.add(node.lineno)
         elif isinstance(node, ast.Constant) and node.value == name:
             lines.add(node.lineno)  # getattr(module, "name")
     return lines
+
+
+def _names(node: ast.AST, name: str, method: bool) -> bool:
+    """Whether the node names `name`: as an attribute, or (not for a method) as a bare name."""
+    return (isinstance(node, ast.Attribute) and node.attr == name) or (not method and getattr(node, "id", None) == name)
 
 
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
@@ -124,6 +131,7 @@ def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
 class _Reader:
     def __init__(self, read: Read, ran: Sequence[Ran], gates: set[tuple[str, str]]) -> None:
         self.read, self.ran, self.gates = read, ran, gates
+        self.methods: set[str] = set()  # names looked up as methods (see _uses)
         self.trees: dict[str, tuple[bytes, ast.Module] | None] = {}
         self.uses: dict[tuple[str, str], set[int]] = {}
 
@@ -142,7 +150,7 @@ class _Reader:
             return None
         source, tree = found
         if (path, name) not in self.uses:
-            self.uses[path, name] = _uses(tree, name)
+            self.uses[path, name] = _uses(tree, name, name in self.methods)
         if line not in self.uses[path, name]:
             return True
         inner = innermost(source, [line])
@@ -190,24 +198,82 @@ def callers(
         return None
     tops = {n.split(".", 1)[0] for n in names}
     done = {q.replace(".<locals>", "").split(".", 1)[0] for r in ran for q in r.functions.get(file.path, ())}
-    if len(tops) != 1 or tops & done or tops & verl:
-        return None  # several definitions, one a recorded cell ran (or built), or one verl names itself
-    (top,) = tops
     reader = _Reader(read, ran, gates)
     own = reader._tree(file.path)
-    mentions = where_named(repo, rev, top)
-    if own is None or mentions is None or len(mentions) > MAX_MENTIONS:
-        return None  # unreadable, or named so widely that some use surely runs
+    if own is None or len(tops) != 1:
+        return None  # unreadable, or several definitions
+    if tops & done:  # a class the cells built: only methods of it none of them called
+        methods = _uncalled_methods(own[1], file.path, names, ran)
+        if methods is None or set(methods) & verl:
+            return None  # verl may call it itself
+        reader.methods |= set(methods)
+        return _calls(repo, rev, reader, file.path, {m: _method_at(own[1], names[0], m) for m in methods})
+    if tops & verl:
+        return None  # one verl names itself
+    (top,) = tops
     defined = _defined_at(own[1], top)
     if not defined or len(defined) > 1:
         return None  # decorated (a registration may call it), defined twice, or not at the top level
+    return _calls(repo, rev, reader, file.path, {top: defined})
+
+
+def _calls(repo: Path, rev: str, reader: _Reader, path: str, defs: dict[str, set[int]]) -> tuple[Caller, ...] | None:
+    """The callers behind every mention of each name in Bridge's sources, bar its own definition lines;
+    None where a mention may run in a cell."""
     out: list[Caller] = []
-    for path, line in mentions:
-        if path == file.path and line in defined:
-            continue
-        found = reader.caller(path, line, top)
-        if found is None:
-            return None
-        if isinstance(found, Caller):
-            out.append(found)
+    for name, defined in defs.items():
+        mentions = where_named(repo, rev, name)
+        if mentions is None or len(mentions) > MAX_MENTIONS:
+            return None  # unreadable, or named so widely that some use surely runs
+        for at, line in mentions:
+            if at == path and line in defined:
+                continue
+            found = reader.caller(at, line, name)
+            if found is None:
+                return None
+            if isinstance(found, Caller):
+                out.append(found)
     return tuple(out)
+
+
+# bases whose methods nothing outside Bridge calls by protocol (torch calls a Module's forward, Megatron a
+# config's __post_init__, a checkpointer sharded_state_dict): a method of a class with other bases is left
+PLAIN_BASES = frozenset({"ABC", "Generic", "object", "Protocol"})
+_PLAIN_DECORATORS = frozenset({"property", "staticmethod", "classmethod"})
+
+
+def _uncalled_methods(tree: ast.Module, path: str, names: Sequence[str], ran: Sequence[Ran]) -> list[str] | None:
+    """The methods a change sits in, when each is an undecorated (or property) method of one top-level
+    class with plain bases that at least MIN_LINE_RECORDS recorded cells built while none ran the method."""
+    if any(n.count(".") != 1 for n in names):
+        return None
+    cls = names[0].split(".", 1)[0]
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    if node is None or not all(_plain(b) for b in node.bases):
+        return None
+    methods = sorted({n.split(".", 1)[1] for n in names})
+    defs = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for method in methods:
+        fn = defs.get(method)
+        if fn is None or method.startswith("__"):
+            return None
+        if not all(isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS for d in fn.decorator_list):
+            return None
+    seen = [{q.replace(".<locals>", "") for q in r.functions.get(path, ())} for r in ran]
+    built = [q for q in seen if any(x.split(".", 1)[0] == cls for x in q)]
+    if len(built) < MIN_LINE_RECORDS or any(f"{cls}.{m}" in q for q in seen for m in methods):
+        return None
+    return methods
+
+
+def _plain(base: ast.expr) -> bool:
+    named = base.value if isinstance(base, ast.Subscript) else base
+    return isinstance(named, ast.Name) and named.id in PLAIN_BASES
+
+
+def _method_at(tree: ast.Module, qualname: str, method: str) -> set[int]:
+    """The lines of `def method` (decorators included) in the class `qualname` names."""
+    cls = qualname.split(".", 1)[0]
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.name == method)
+    return {fn.lineno, *(d.lineno for d in fn.decorator_list)}

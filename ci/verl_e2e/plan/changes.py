@@ -51,6 +51,8 @@ class ChangedFile:
     branches: tuple[Branch, ...] = ()
     # lines of the blocks whose `if`/`while` test the change rewrote (conditions.py): what it switches
     guarded: tuple[str, ...] = ()
+    # statements after a changed assignment that read its value (flows.py): where the value goes
+    flows: tuple[str, ...] = ()
     # every changed line only sets values of these classes ("" the module): bodies.py; None: it does more
     definitions: tuple[str, ...] | None = None
     # shared code: the top-level names and words it touches (users.py), and the architectures of the only

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from verl_e2e.config.aspects import code_lines
-from verl_e2e.plan import additions, bodies, callsites, conditions, fields, pyparse, users
+from verl_e2e.plan import additions, bodies, callsites, conditions, fields, flows, pyparse, users
 from verl_e2e.plan.anchors import whole_statements
 from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
@@ -107,7 +107,12 @@ def with_ast_scopes(
                 defaults=f.defaults if exact is None else exact,
                 base_lines=whole_statements(before, f.base_lines),
                 branches=(*from_source(before, d.removed_at, True), *from_source(after, d.added_at, False)),
-                guarded=conditions.guarded_lines(after, d.added_at),
+                guarded=tuple(
+                    dict.fromkeys(
+                        (*conditions.guarded_lines(after, d.added_at), *conditions.guarded_lines(before, d.removed_at))
+                    )
+                ),
+                flows=flows.flow_lines(after, d.added_at),
                 definitions=_sorted(_both(bodies.owners(before, d.removed_at), bodies.owners(after, d.added_at))),
                 symbols=users.symbols(after, d.added_at) + users.symbols(before, d.removed_at)
                 if users.shared(f.path)

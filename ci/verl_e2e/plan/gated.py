@@ -115,7 +115,10 @@ def uncalled(matrix: Matrix, file: ChangedFile) -> str | None:
         why = f"only under {gate.setting}" if gate is not None else "lines the recorded cells ran around, never took"
         lines.setdefault((function, path.rsplit("/", 1)[-1], why), []).append(str(line))
     shown = [f"{fn} ({name}:{', '.join(at)}: {why})" for (fn, name, why), at in lines.items()]
-    top = (file.functions or ("it",))[0].split(".", 1)[0]
+    named = sorted(set(file.functions or ()))
+    # one method of a class the cells built (callsites.py) is named whole; a top-level helper by its name
+    methods = bool(named) and all(n.count(".") == 1 for n in named) and len({n.split(".")[0] for n in named}) == 1
+    top = " or ".join(named) if methods else (named or ["it"])[0].split(".", 1)[0]
     if not shown:
         return f"nothing in Bridge's sources calls {top}, and verl does not name it, so no cell runs the change"
     return f"{top} is called only from {'; '.join(shown)}, so no cell runs the change"

@@ -131,6 +131,7 @@ class _Scan:
         removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added, removed=removed)
         hits += _switched(self.matrix, file, {h.aspect.name for h in hits})
+        hits += _flowed(self.matrix, file, {h.aspect.name for h in hits})
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
         for hit in hits:
@@ -269,9 +270,23 @@ def _switched(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
     """Level 5 aspects of the blocks a changed `if`/`while` test decides on (conditions.py)."""
     if not file.guarded:
         return []
-    numerics = [a for a in matrix.aspects if 5 in a.levels and a.lines == "all" and a.name not in seen]
-    hits = find(numerics, file.path, file.guarded, ())
+    # a weight-layout line under a changed test is as good as rewritten: it now runs for other tensors
+    numerics = [a for a in matrix.aspects if 5 in a.levels and a.lines in ("all", "rewritten") and a.name not in seen]
+    hits = find(numerics, file.path, file.guarded, (), file.guarded)
     return [replace(h, where="block its changed condition decides on") for h in hits]
+
+
+CONVERSION = "src/megatron/bridge/models/conversion/"
+
+
+def _flowed(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
+    """Expert-parallel aspects of the statements a changed value flows into (flows.py): a value that
+    decides whether experts are renumbered across EP ranks matters only where there are several."""
+    if not file.flows or not file.path.startswith(CONVERSION):
+        return []  # adapter and model code name experts in values that do not decide the EP layout
+    layout = [a for a in matrix.aspects if a.name == "expert-parallel" and a.name not in seen]
+    hits = find(layout, file.path, file.flows, ())
+    return [replace(h, where="statements its changed value flows into") for h in hits]
 
 
 def _overridden(found: Findings, file: ChangedFile) -> str | None:
