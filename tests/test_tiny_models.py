@@ -517,3 +517,34 @@ def test_a_sparse_attention_indexer_keeps_the_head_count_vllms_kernel_takes() ->
     glm5 = {"num_attention_heads": 64, "num_key_value_heads": 64, "index_n_heads": 32, "index_head_dim": 128}
     over, _ = mtm.shrink_overrides(glm5, 1024)
     assert over["num_attention_heads"] == 4 and "index_n_heads" not in over
+
+
+def test_ernie_vl_gets_the_top_level_keys_vllm_reads_from_its_nested_config() -> None:
+    """vLLM 0.24's ERNIE-4.5-VL reads the release's top-level names; transformers nests them."""
+    from types import SimpleNamespace
+
+    import tiny_release  # on sys.path once make_tiny_model.py is loaded
+
+    vision = SimpleNamespace(spatial_merge_size=2, temporal_merge_size=2, hidden_size=128)
+    config = SimpleNamespace(vision_config=vision, text_config=SimpleNamespace(hidden_size=256), image_token_id=1021)
+    notes = tiny_release.add_release_keys("Ernie4_5_VLMoeForConditionalGeneration", config)
+    assert (config.spatial_conv_size, config.temporal_conv_size, config.pixel_hidden_size) == (2, 2, 128)
+    assert (config.im_patch_id, config.hidden_size) == (1021, 256) and notes
+
+
+def test_minimax_m3_gets_the_image_frame_tokens_its_vllm_processor_looks_up() -> None:
+    import tiny_tokens
+
+    class Tokenizer:
+        def __init__(self) -> None:
+            self.vocab = {"]<]image[>[": 1023}
+
+        def get_vocab(self) -> dict[str, int]:
+            return self.vocab
+
+        def add_tokens(self, tokens: list[str]) -> None:
+            self.vocab |= {t: len(self.vocab) + 1000 for t in tokens}
+
+    tok, notes = Tokenizer(), []
+    tiny_tokens.add_vocab_tokens("minimax_m3_vl", tok, notes)
+    assert {"]<]start of image[>[", "]<]end of image[>["} <= set(tok.vocab) and notes

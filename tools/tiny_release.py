@@ -60,7 +60,23 @@ def _step37(config: Any) -> dict[str, Any]:
     }
 
 
+def _ernie_vl(config: Any) -> dict[str, Any]:
+    """ERNIE-4.5-VL as vLLM 0.24 reads it: the release's remote-code config keeps the vision merge sizes,
+    the tower's width and the image patch id at the top, where transformers nests them under
+    vision_config or names them otherwise (a Level 0 cell stopped on `spatial_conv_size`, H200, 2026-12-04;
+    vllm/model_executor/models/ernie45_vl.py reads the five below)."""
+    vision = config.vision_config
+    return {
+        "spatial_conv_size": vision.spatial_merge_size,
+        "temporal_conv_size": vision.temporal_merge_size,
+        "pixel_hidden_size": vision.hidden_size,
+        "im_patch_id": config.image_token_id,
+        "hidden_size": config.text_config.hidden_size,
+    }
+
+
 RELEASE_KEYS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "Ernie4_5_VLMoeForConditionalGeneration": _ernie_vl,
     "Step3p7ForConditionalGeneration": _step37,
     "MiMoV2FlashForCausalLM": _mimo_v2_flash,
     "MiniMaxM3SparseForConditionalGeneration": _minimax_m3,

@@ -44,6 +44,9 @@ ROLE_TOKENS: dict[str, tuple[str, ...]] = {
 # a byte-level vocabulary has none ("KeyError: '\n'", a tiny Gemma 3 VLM on the H200, 2026-12-04)
 VOCAB_TOKENS: dict[str, tuple[str, ...]] = {
     "gemma3": ("\n", "\n\n", "\n\n\n", "\n\n\n\n"),
+    # MiniMax-M3's processor frames each image with these (vllm/models/minimax_m3/common/mm_preprocess.py
+    # `VISION_START_TOKEN`, `VISION_END_TOKEN`: "KeyError: ']<]start of image[>['", H200, 2026-12-04)
+    "minimax_m3_vl": ("]<]start of image[>[", "]<]end of image[>["),
 }
 
 
