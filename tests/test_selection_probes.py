@@ -42,7 +42,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-11.json", 4, 4),
         ("probes-12.json", 3, 6),
         ("probes-13.json", 0, 2),
-        ("probes-14.json", 2, 4),
+        ("probes-14.json", 2, 3),
         ("probes-15.json", 1, 2),
     ],
 )
