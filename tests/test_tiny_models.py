@@ -548,3 +548,13 @@ def test_minimax_m3_gets_the_image_frame_tokens_its_vllm_processor_looks_up() ->
     tok, notes = Tokenizer(), []
     tiny_tokens.add_vocab_tokens("minimax_m3_vl", tok, notes)
     assert {"]<]start of image[>[", "]<]end of image[>["} <= set(tok.vocab) and notes
+
+
+def test_hy_v3_gets_the_expert_width_under_the_name_vllm_reads() -> None:
+    from types import SimpleNamespace
+
+    import tiny_release
+
+    config = SimpleNamespace(moe_intermediate_size=128)
+    tiny_release.add_release_keys("HYV3ForCausalLM", config)
+    assert config.expert_hidden_dim == 128

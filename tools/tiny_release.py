@@ -75,7 +75,16 @@ def _ernie_vl(config: Any) -> dict[str, Any]:
     }
 
 
+def _hy_v3(config: Any) -> dict[str, Any]:
+    """Hy3 as vLLM 0.24 reads it, through a config class of its own (vllm/transformers_utils/configs/hy_v3.py):
+    the experts' width is the release's `expert_hidden_dim` (default 1536), where transformers has
+    `moe_intermediate_size`. Without it vLLM built 1536-wide experts for the tiny model's 128: "start (0) +
+    length (1536) exceeds dimension size (128)" at the first weight sync (H200, 2026-12-04)."""
+    return {"expert_hidden_dim": config.moe_intermediate_size}
+
+
 RELEASE_KEYS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "HYV3ForCausalLM": _hy_v3,
     "Ernie4_5_VLMoeForConditionalGeneration": _ernie_vl,
     "Step3p7ForConditionalGeneration": _step37,
     "MiMoV2FlashForCausalLM": _mimo_v2_flash,
