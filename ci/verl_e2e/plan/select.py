@@ -130,8 +130,7 @@ class _Scan:
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
         removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
         hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added, removed=removed)
-        hits += _switched(self.matrix, file, {h.aspect.name for h in hits})
-        hits += _flowed(self.matrix, file, {h.aspect.name for h in hits})
+        hits += _switched(self.matrix, file, seen := {h.aspect.name for h in hits}) + _flowed(self.matrix, file, seen)
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
         for hit in hits:
