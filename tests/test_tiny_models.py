@@ -558,3 +558,15 @@ def test_hy_v3_gets_the_expert_width_under_the_name_vllm_reads() -> None:
     config = SimpleNamespace(moe_intermediate_size=128)
     tiny_release.add_release_keys("HYV3ForCausalLM", config)
     assert config.expert_hidden_dim == 128
+
+
+def test_step37_declares_the_per_head_gate_bridge_maps_from_the_release() -> None:
+    """Bridge sizes Step-3.7's QKV with the head-wise gate only when the config says so (the release does)."""
+    from types import SimpleNamespace
+
+    import tiny_release
+
+    vision = SimpleNamespace(hidden_size=128, num_hidden_layers=2, num_attention_heads=2)
+    config = SimpleNamespace(vision_config=vision, text_config=SimpleNamespace())
+    tiny_release.add_release_keys("Step3p7ForConditionalGeneration", config)
+    assert config.text_config.use_head_wise_attn_gate is True and config.vision_config.width == 128

@@ -54,6 +54,9 @@ def _step37(config: Any) -> dict[str, Any]:
     2026-12-04)."""
     vision = config.vision_config
     return {
+        # the per-head attention gate (`g_proj`), which transformers' model always has and the release
+        # declares: without it Bridge builds a 512-row QKV for the tiny model's 516 with the gate (2026-12-04)
+        "text_config.use_head_wise_attn_gate": True,
         "vision_config.width": vision.hidden_size,
         "vision_config.layers": vision.num_hidden_layers,
         "vision_config.heads": vision.num_attention_heads,
