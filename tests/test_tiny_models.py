@@ -570,3 +570,12 @@ def test_step37_declares_the_per_head_gate_bridge_maps_from_the_release() -> Non
     config = SimpleNamespace(vision_config=vision, text_config=SimpleNamespace())
     tiny_release.add_release_keys("Step3p7ForConditionalGeneration", config)
     assert config.text_config.use_head_wise_attn_gate is True and config.vision_config.width == 128
+
+
+def test_gemma3_vlm_tower_has_as_many_patches_per_side_as_the_projector_pools_to() -> None:
+    """vLLM's Gemma 3 projector pools patches per side to sqrt(mm_tokens_per_image); 224 px in 14 px
+    patches give the 16 that 256 tokens need (a kernel of 1), where 16 px patches gave a kernel of 0."""
+    defaults = {"text_config": {"num_hidden_layers": 34}, "vision_config": {"image_size": 224, "patch_size": 16}}
+    over, _ = mtm.shrink_overrides(defaults, 1024, architecture="Gemma3ForConditionalGeneration")
+    patches = 224 // over["vision_config"]["patch_size"]
+    assert patches // int(256**0.5) == 1

@@ -123,6 +123,11 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # every Step-3.7 model, even one whose layers are all full attention (as the default's are): any
     # window will do, and 512 keeps it inside the 2048 positions
     "Step3p7ForConditionalGeneration": {"text_config": {"sliding_window": 512}},
+    # Gemma 3's projector pools the tower's patches per side down to sqrt(mm_tokens_per_image) = 16 per
+    # side: transformers' default tower (224 px, 16 px patches) has 14, a pooling kernel of 14 // 16 = 0
+    # ("RuntimeError: integer out of range" in vLLM's gemma3_mm, H200, 2026-12-04); the release's 14 px
+    # patches give 16 at the processor's 224 px, a kernel of 1
+    "Gemma3ForConditionalGeneration": {"vision_config": {"patch_size": 14}},
     # The omni models' talker and vocoder speak; verl trains the thinker (Bridge's omni providers build the
     # thinker, vLLM's thinker-only model ignores the rest), and the vocoder's convolution stacks are sized
     # by lists no generic rule can shrink (245 MB left in)
