@@ -579,3 +579,18 @@ def test_gemma3_vlm_tower_has_as_many_patches_per_side_as_the_projector_pools_to
     over, _ = mtm.shrink_overrides(defaults, 1024, architecture="Gemma3ForConditionalGeneration")
     patches = 224 // over["vision_config"]["patch_size"]
     assert patches // int(256**0.5) == 1
+
+
+def test_the_release_names_vllm_and_bridge_read_are_in_the_built_configs(built: tuple[Path, dict[str, Any]]) -> None:
+    """What stopped the tenth batch's cells in the tiny configs (H200, 2026-12-04), read off the built models."""
+    from transformers import AutoTokenizer
+
+    out, _ = built
+    glm = AutoTokenizer.from_pretrained(out / "glm_vl")
+    assert len(glm.encode("<|begin_of_video|><|video|><|end_of_video|>", add_special_tokens=False)) == 3
+    config = {f: json.loads((out / f / "config.json").read_text()) for f in ("gemma_vl", "ernie_vl", "hy_v3", "step37")}
+    vision = config["gemma_vl"]["vision_config"]
+    assert (vision["image_size"] // vision["patch_size"]) // int(config["gemma_vl"]["mm_tokens_per_image"] ** 0.5) >= 1
+    assert config["ernie_vl"]["spatial_conv_size"] == config["ernie_vl"]["vision_config"]["spatial_merge_size"]
+    assert config["hy_v3"]["expert_hidden_dim"] == config["hy_v3"]["moe_intermediate_size"]
+    assert config["step37"]["text_config"]["use_head_wise_attn_gate"] is True

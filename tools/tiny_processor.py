@@ -103,6 +103,19 @@ def _type_and_bases(model_type: str) -> list[str]:
     return ["_".join(parts[:n]) for n in range(len(parts), 0, -1)]
 
 
+_GLM_V = {
+    "image_start": "<|begin_of_image|>",
+    "image_end": "<|end_of_image|>",
+    "video_start": "<|begin_of_video|>",
+    "video_end": "<|end_of_video|>",
+}
+# model_type -> the release tokenizer's spelling of tokens no processor names: vLLM's GLM-4.x V matches its
+# video placeholder as the text "<|begin_of_video|><|video|><|end_of_video|>" (glm4_1v.py), which finds
+# nothing where the frame tokens are spelled after the config key ("Failed to apply prompt replacement for
+# mm_items['video'][0]", H200, 2026-12-04)
+RELEASE_SPELLINGS: dict[str, Mapping[str, str]] = {"glm4v": _GLM_V, "glm4v_moe": _GLM_V}
+
+
 def _name_tokens(tokenizer: Any, changed: Mapping[str, str]) -> None:
     """Register each added token under the name a processor reads off the tokenizer (`image_token`,
     `boi_token`, whose `_id` follows): the released tokenizers carry them as model-specific special
@@ -129,11 +142,11 @@ def multimodal_tokens(config: Any, tokenizer: Any, notes: list[str]) -> Any:
     except ImportError as exc:  # a lazy import the node's libraries cannot satisfy (an image library)
         notes.append(f"processor {proc_name} not written: {_one_line(exc)[:160]}")
         proc_cls = None
-    named: dict[str, str] = {}
+    named: dict[str, str] = dict(RELEASE_SPELLINGS.get(config.model_type, {}))
     first_try: str | None = None
     try:
         processor = _processor(config, proc_cls, tokenizer)
-        named = {
+        named |= {
             a[: -len("_token")]: getattr(processor, a)
             for a in dir(processor)
             if a.endswith("_token") and isinstance(getattr(processor, a, None), str)
