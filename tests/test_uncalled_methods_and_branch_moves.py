@@ -11,7 +11,6 @@ Built on real git repositories and recorded-cell doubles in `data/runtime.json`'
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +23,8 @@ from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.conditions import guarded_lines
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.select import select
+
+from .test_uncalled_helpers import _repo
 
 MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
 SOURCE = """\
@@ -46,17 +47,6 @@ class Mapping(ABC, Generic[W]):
 """
 OTHER = "src/megatron/bridge/training/initialize.py"
 LOCAL = "def setup(groups):\n    etp_rank = groups.rank()\n    return etp_rank\n"  # another thing of the name
-
-
-def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text, encoding="utf-8")
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
-    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "-C", str(tmp_path), *ident, "commit", "-qm", "base"], check=True)
-    return tmp_path
 
 
 def _ran(functions: set[str], cells: int = 3) -> list[Ran]:
