@@ -9,7 +9,8 @@ library only, because the image's Python is not ours. Steps, each recorded in th
   3. where the driver imports megatron.bridge from (`--import-check full`: also a Ray task of its
      own); verl's own Ray workers report theirs through the probe; a path outside the mounted
      checkout stops the cell (Blocked); then megatron.bridge and every Bridge module verl imports
-     are imported for real (not with `location`): an error raised in Bridge's code stops the cell (Fail)
+     are imported for real (not with `location`), next to the first phase (importcheck.py): an
+     error raised in Bridge's code stops the phase and the cell (Fail)
   4. the environment preflight (preflight.py): Blocked on what verl cannot run without, overrides
      and limitations for what it can avoid                   -> provenance.json "environment"
   5. focused Bridge tests, when the cell asks for them         -> bridge-tests.json
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import functions
 import hostlock
+import importcheck
 import preflight
 from milestones import Milestones
 from phaselog import STATE, Stuck, run_logged
@@ -201,73 +203,6 @@ def make_pythonpath(rec: Recorder, bridge: Path, verl: Path, mlm: Path | None) -
     return pythonpath
 
 
-def verify_imports(rec: Recorder, bridge: Path, pythonpath: str, mode: str) -> int | None:
-    """The import checks; a wrong path or a failed import stops the cell (returns the exit code)."""
-    started = time.time()
-    records, error = preflight.check_imports(pythonpath, mode, timeout=300, extra_env={CELL_TOKEN: rec.token})
-    rec.provenance["bridge_import"] = {k: v["origin"] for k, v in records.items()}
-    rec.provenance["import_check"] = dict(records, mode=mode)
-    if error:
-        rec.step("imports", "failed", error, started)
-        return rec.fail("imports", "setup", error)
-    src = str(bridge / "src") + "/"
-    wrong = {k: v["origin"] for k, v in records.items() if not str(v["origin"] or "").startswith(src)}
-    if wrong:
-        where, path = next(iter(wrong.items()))
-        rec.step("imports", "failed", f"{where} resolves megatron.bridge to {path}", started)
-        return rec.fail("imports", "setup", f"wrong Bridge: the {where} imports {path}, not {src}")
-    for where, result in records.items():
-        if result.get("error"):
-            err = result["error"]
-            reason = f"`import megatron.bridge` failed in the {where}: {err['type']}: {err['message']}"
-            rec.step("imports", "failed", reason, started)
-            return rec.fail("imports", "model_build" if err["in_bridge"] else "setup", reason)
-    if mode != "location":
-        stopped = import_verl_modules(rec, bridge, pythonpath, started)
-        if stopped is not None:
-            return stopped
-    who = "driver and Ray worker import" if "ray_worker" in records else "driver resolves"
-    later = "" if "ray_worker" in records else "; verl's Ray workers report theirs through the probe"
-    rec.step("imports", "ok", f"{who} {records['driver']['origin']}{later}", started)
-    return None
-
-
-def import_verl_modules(rec: Recorder, bridge: Path, pythonpath: str, started: float) -> int | None:
-    """Import megatron.bridge and every Bridge module verl imports, before Ray starts (exit code if one fails)."""
-    verl = Path(rec.provenance.get("repos", {}).get("verl", {}).get("path") or os.environ.get("VERL_REPO", "."))
-    modules = preflight.verl_bridge_modules(str(verl))
-    src = str(bridge / "src") + "/"
-    results = preflight.import_modules(pythonpath, modules, src, timeout=600)
-    if "error" in results and isinstance(results["error"], str):
-        rec.provenance["import_check"]["modules"] = {"error": results["error"]}
-        log(f"imports: {results['error']}")
-        return None  # the run itself will show it; no verdict from a check that did not finish
-    failed = preflight.blocking_import(results)
-    rec.provenance["import_check"]["modules"] = {
-        m: (None if e is None else {k: v for k, v in e.items() if k != "traceback"}) for m, e in results.items()
-    }
-    notes = [f"{m}: {e['type']}: {e['message']}" for m, e in results.items() if isinstance(e, dict)]
-    if failed is None:
-        log(
-            f"imports: {len(results) - len(notes)} of {len(results)} Bridge module(s) verl imports imported"
-            + (f"; not Bridge's to fix: {'; '.join(notes)}" if notes else "")
-        )
-        return None
-    module, err = failed
-    sys.stdout.write(err.get("traceback", ""))  # the driver log keeps the whole traceback
-    sys.stdout.flush()
-    frame = next((f for f in reversed(err["frames"]) if f["file"].startswith(src)), err["frames"][-1])
-    where = (
-        f"{frame['file'][len(str(bridge)) + 1 :] if frame['file'].startswith(src) else frame['file']}:{frame['line']}"
-    )
-    reason = (
-        f"`import {module}` (verl imports it) failed before Ray started: {err['type']}: {err['message']} "
-        f"at {where} in {frame['function']}"
-    )
-    rec.step("imports", "failed", reason, started)
-    return rec.fail("imports", "model_build", reason)
-
-
 def check_environment(
     rec: Recorder, cell: dict, pythonpath: str, model_path: str | None
 ) -> tuple[list[str], int | None]:
@@ -296,7 +231,13 @@ def check_environment(
 
 
 def run_phases(
-    args: argparse.Namespace, cell: dict, rec: Recorder, env0: dict, extra: list[str], pythonpath: str
+    args: argparse.Namespace,
+    cell: dict,
+    rec: Recorder,
+    env0: dict,
+    extra: list[str],
+    pythonpath: str,
+    imports: importcheck.ModuleImports | None = None,
 ) -> None:
     ckpt_root = args.work / "checkpoints"
     mapping = [*rec.arg_paths, *(tuple(m.split("=", 1)) for m in args.map)]
@@ -335,7 +276,7 @@ def run_phases(
             prefix=f"[{phase['name']}] ",
             timeout=args.phase_timeout or cell["timeout_minutes"] * 60,
             marks=marks,
-            stuck=Stuck(),
+            stuck=Stuck(checks=(imports.due,) if imports is not None else ()),
         )
         rec.phases[index].update(
             status=status,
@@ -380,9 +321,25 @@ def run_cell(args: argparse.Namespace) -> int:
 
     record_repos(rec, bridge, verl)
     pythonpath = make_pythonpath(rec, bridge, verl, megatron_lm(bridge, args.megatron_lm))
-    stopped = verify_imports(rec, bridge, pythonpath, args.import_check)
+    stopped = importcheck.verify_location(rec, bridge, pythonpath, args.import_check, {CELL_TOKEN: rec.token})
     if stopped is not None:
         return stopped
+    imports = importcheck.start_module_imports(rec, bridge, pythonpath, args.import_check)
+    code = _prepare_and_run(args, cell, rec, bridge, verl, pythonpath, imports)
+    stopped = imports.finish() if imports is not None else None  # a Bridge module that failed names the cell
+    return code if stopped is None else stopped
+
+
+def _prepare_and_run(
+    args: argparse.Namespace,
+    cell: dict,
+    rec: Recorder,
+    bridge: Path,
+    verl: Path,
+    pythonpath: str,
+    imports: importcheck.ModuleImports | None,
+) -> int:
+    """Preflight, data, model, then the phases under the host lock (the exit code)."""
     extra: list[str] = []
     mapping = [tuple(m.split("=", 1)) for m in args.map]
     first_env = {k: translate(v, mapping) for k, v in cell["phases"][0]["env"].items()}
@@ -417,7 +374,7 @@ def run_cell(args: argparse.Namespace) -> int:
     with hostlock.held(log) as waited:
         if waited >= 1:
             rec.step("host-lock", "ok", f"waited {waited:.0f} s for another verl run sharing /tmp", started)
-        run_phases(args, cell, rec, base_env, extra, pythonpath)
+        run_phases(args, cell, rec, base_env, extra, pythonpath, imports)
     if args.final_ray_stop:
         stop_own_processes(rec.token)
     return 0 if all(p["status"] == "ok" for p in rec.phases) else 1

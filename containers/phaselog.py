@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,10 +42,12 @@ PROGRESS = ("timing_s/step", "Training Progress:")
 
 class Stuck:
     """Notes the first FATAL line and says, GRACE_S later, that the phase should be stopped, unless a step
-    finished in between (a failed call verl survived)."""
+    finished in between (a failed call verl survived). `checks` are asked too: each returns why the phase
+    must stop now (the driver's import check running next to the phase), or None."""
 
-    def __init__(self, grace: float = GRACE_S) -> None:
+    def __init__(self, grace: float = GRACE_S, checks: tuple[Callable[[], str | None], ...] = ()) -> None:
         self.grace = grace
+        self.checks = checks
         self.seen: tuple[float, str] | None = None
 
     def feed(self, line: str, now: float | None = None) -> None:
@@ -59,6 +62,10 @@ class Stuck:
 
     def due(self, now: float | None = None) -> str | None:
         """Why the phase must stop now, or None."""
+        for check in self.checks:
+            why = check()
+            if why is not None:
+                return why
         if self.seen is None:
             return None
         at, what = self.seen
