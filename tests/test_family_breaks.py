@@ -52,6 +52,14 @@ EXPECTED = {
     # vLLM names the experts under base_layer with LoRA on; verl sends plain names
     "minimax_m2": ("merged_lora", "Fail", "runtime", "KeyError: 'layers.0.block_sparse_moe.experts.0.w1.weight'"),
     "step37": ("no_critic", "Fail", "model_build", NO_MAPPING),
+    # Bridge's pinned Megatron-LM has no head-wise attention gate; Step-3.7's bridge maps the gate rows anyway
+    "step37.cannot_run": (
+        "cannot_run",
+        "Fail",
+        "model_build",
+        "Shape mismatch for megatron param language_model.decoder.layers.0.self_attention.linear_qkv.weight",
+    ),
+    "glm_vl.merged_lora": ("merged_lora", "Blocked", "setup", "KeyError: 'layers.1.mlp.experts.0.gate_proj.weight'"),
     "qwen35_vl_moe": ("no_critic", "Fail", "model_build", NO_MAPPING),
     # EXAONE 4.5's text model expands verl's [batch, seq] mask as EXAONE 4's attention does
     "exaone45.cannot_run": (

@@ -594,3 +594,15 @@ def test_the_release_names_vllm_and_bridge_read_are_in_the_built_configs(built: 
     assert config["ernie_vl"]["spatial_conv_size"] == config["ernie_vl"]["vision_config"]["spatial_merge_size"]
     assert config["hy_v3"]["expert_hidden_dim"] == config["hy_v3"]["moe_intermediate_size"]
     assert config["step37"]["text_config"]["use_head_wise_attn_gate"] is True
+    # the eleventh batch's (2026-12-04, evening): ERNIE-4.5-VL's tower as vLLM reads it, Gemma 3's tower
+    # tensors in the release's namespace
+    ernie = config["ernie_vl"]["vision_config"]
+    assert (
+        ernie["embed_dim"] == ernie["hidden_size"]
+        and ernie["embed_dim"] * ernie["mlp_ratio"] == ernie["intermediate_size"]
+    )
+    from safetensors import safe_open
+
+    with safe_open(out / "gemma_vl" / "model.safetensors", "pt") as weights:
+        tower = [k for k in weights.keys() if k.startswith("vision_tower.")]  # noqa: SIM118 - safe_open has no __iter__
+    assert tower and all(k.startswith("vision_tower.vision_model.") for k in tower)

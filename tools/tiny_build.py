@@ -18,7 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_keys import DERIVED, MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, TOKENIZER_FILES, Family, _one_line
 from tiny_processor import multimodal_tokens
-from tiny_release import add_release_keys
+from tiny_release import add_release_keys, release_names
 from tiny_shrink import (
     _is_int,
     _per_layer_keys,
@@ -273,6 +273,7 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
             shutil.rmtree(out)
         out.mkdir(parents=True)
         model.save_pretrained(out, safe_serialization=True)
+        res.notes += release_names(architecture, out / "model.safetensors")
         res.params = sum(p.numel() for p in model.parameters())
         if "mtp" in family.kinds:
             _write_mtp(cls, config, architecture, out, res)

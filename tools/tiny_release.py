@@ -1,5 +1,5 @@
-"""Keys a released checkpoint's config.json carries that transformers' config class does not, for
-tools/make_tiny_model.py.
+"""Keys a released checkpoint's config.json carries that transformers' config class does not, and tensor
+names it spells otherwise, for tools/make_tiny_model.py.
 
 Why a module of its own: some releases ship remote code whose config names differ from the class
 transformers later added (MiMo-V2-Flash's `hybrid_layer_pattern` where transformers has `layer_types`), and
@@ -11,6 +11,7 @@ two namings always agree. Each entry was found by a Level 0 cell that stopped wi
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -67,9 +68,13 @@ def _ernie_vl(config: Any) -> dict[str, Any]:
     """ERNIE-4.5-VL as vLLM 0.24 reads it: the release's remote-code config keeps the vision merge sizes,
     the tower's width and the image patch id at the top, where transformers nests them under
     vision_config or names them otherwise (a Level 0 cell stopped on `spatial_conv_size`, H200, 2026-12-04;
-    vllm/model_executor/models/ernie45_vl.py reads the five below)."""
+    vllm/model_executor/models/ernie45_vl.py reads the five below). Its vision tower reads the release's
+    `embed_dim` and `mlp_ratio` too, where transformers has `hidden_size` and `intermediate_size` (the next
+    cell stopped on `embed_dim`, H200, 2026-12-04)."""
     vision = config.vision_config
     return {
+        "vision_config.embed_dim": vision.hidden_size,
+        "vision_config.mlp_ratio": vision.intermediate_size / vision.hidden_size,
         "spatial_conv_size": vision.spatial_merge_size,
         "temporal_conv_size": vision.temporal_merge_size,
         "pixel_hidden_size": vision.hidden_size,
@@ -93,6 +98,32 @@ RELEASE_KEYS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "MiMoV2FlashForCausalLM": _mimo_v2_flash,
     "MiniMaxM3SparseForConditionalGeneration": _minimax_m3,
 }
+
+
+# (architecture) -> (prefix transformers saves, the release's prefix) for tensor names that differ
+RELEASE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    # Gemma 3's release keeps the SigLIP tower under `vision_tower.vision_model.`; transformers 5.17 saves it
+    # flattened (`vision_tower.`). Bridge exports in whichever namespace it loaded, and vLLM 0.24's SigLIP
+    # loader takes only the release's: the first weight sync raised KeyError
+    # 'embeddings.patch_embedding.bias' (H200, 2026-12-04).
+    "Gemma3ForConditionalGeneration": (("vision_tower.", "vision_tower.vision_model."),),
+}
+
+
+def release_names(architecture: str, weights: Path) -> list[str]:
+    """Rename the saved tensors to the release's names (RELEASE_NAMES); the note for the report, if any."""
+    renames = RELEASE_NAMES.get(architecture)
+    if not renames:
+        return []
+    from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+    state, moved = load_file(weights), 0
+    for old, new in renames:
+        for key in [k for k in state if k.startswith(old) and not k.startswith(new)]:
+            state[new + key[len(old) :]] = state.pop(key)
+            moved += 1
+    save_file(state, weights, metadata={"format": "pt"})
+    return [f"release names: {moved} tensors renamed ({', '.join(f'{a} -> {b}' for a, b in renames)})"]
 
 
 def add_release_keys(architecture: str, config: Any) -> list[str]:
