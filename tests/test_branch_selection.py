@@ -57,6 +57,10 @@ def cp_only(x, cfg):
         x = scatter(x, tensor_model_parallel_size=cfg.tp)
     return x
 
+def experts_only(cfg, out):
+    if cfg.num_moe_experts:
+        out["experts"] = True
+
 class Config:
     def finalize(self):
         if self.sequence_parallel and self.tensor_model_parallel_size <= 1:
@@ -105,6 +109,17 @@ def test_sequence_parallel_fsdp_and_experts_pick_their_levels(matrix: Matrix) ->
     moe = select(matrix, [_changed('out["ep"] = True')])
     assert 4 in moe.levels and moe.targets[4]["qwen3_moe"] == frozenset({"moe"})  # the MoE family that ran
     assert "on a MoE model" in _why(moe, 4) and "expert-parallel on a MoE model" in _why(moe, 4)
+
+
+def test_an_expert_parallel_test_runs_in_level2s_ep_variant_and_level4s(matrix: Matrix) -> None:
+    """EP > 1 is first taken by Level 2's EP=2 MoE variant; Level 4's EP=4 one stays (each rank holds
+    other experts there); a test on experts alone, without an EP size, is Level 4's only."""
+    moe = select(matrix, [_changed('out["ep"] = True')])
+    assert {2, 4} <= set(moe.levels), moe.levels
+    assert moe.targets[2]["qwen3_moe"] == frozenset({"moe"})
+    assert "at EP > 1" in _why(moe, 2) and "Level 2's moe on a MoE model" in _why(moe, 2)
+    experts = select(matrix, [_changed('out["experts"] = True')])
+    assert 4 in experts.levels and 2 not in experts.levels, experts.levels
 
 
 def test_a_branch_no_cell_takes_is_named_not_run(matrix: Matrix) -> None:

@@ -194,3 +194,21 @@ def test_the_same_setting_changed_in_a_model_that_trains_today_is(matrix: Matrix
     ]
     levels = _plan(matrix, tmp_path, _hunk(path, "", 30, lines), [f"M\t{path}"])
     assert "aspect:learning-numerics" in levels.get(5, set()), levels
+
+
+def test_pipeline_split_options_and_a_mapping_s_split_kind_are_parallel_layout(matrix: Matrix, tmp_path: Path) -> None:
+    """Both leave a TP = PP = 1 cell as it was: counting the embedding in the pipeline split moves layers
+    only between stages, and a row split of a tensor one rank holds whole is the tensor itself."""
+    split = [
+        " class GPTModelProvider(TransformerConfig):",
+        "-    account_for_embedding_in_pipeline_split: bool = False",
+        "+    account_for_embedding_in_pipeline_split: bool = True",
+        "     account_for_loss_in_pipeline_split: bool = False",
+    ]
+    levels = _plan(matrix, tmp_path, _hunk(PROVIDER, "class GPTModelProvider:", 200, split), [f"M\t{PROVIDER}"])
+    assert "aspect:parallel-layout" in levels.get(2, set()), levels
+    mapping = "src/megatron/bridge/models/conversion/param_mapping.py"
+    kind = ["             # All other parameters (weight, bias) are column-parallel", '-            return "column"',
+            '+            return "row"', " "]  # fmt: skip
+    levels = _plan(matrix, tmp_path, _hunk(mapping, "class AutoMapping:", 1500, kind), [f"M\t{mapping}"])
+    assert "aspect:parallel-layout" in levels.get(2, set()), levels

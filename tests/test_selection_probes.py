@@ -44,6 +44,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-13.json", 0, 2),
         ("probes-14.json", 2, 3),
         ("probes-15.json", 1, 2),
+        ("probes-16.json", 3, 8),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:

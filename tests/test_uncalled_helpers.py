@@ -123,9 +123,25 @@ def test_a_branch_a_cell_took_or_too_few_records_leave_the_change_planned(
     assert _callers(repo, source, _ran(source, taken, cells)) is None, why
 
 
-def test_a_mention_under_a_layout_condition_is_for_the_layout_rules(tmp_path: Path) -> None:
-    repo = _repo(tmp_path, {UTILS: SOURCE})  # `split` calls it only when tp_size > 1: Level 2 may
-    assert _callers(repo, SOURCE, _ran(SOURCE, TAKEN)) is None
+def test_a_helper_called_only_under_a_layout_condition_runs_where_that_holds(tmp_path: Path, matrix: Matrix) -> None:
+    """`split` calls the helper only when tp_size > 1, and the other call is on a branch no cell took:
+    the change runs in Level 2's TP cell and in no Level 0 cell (probes-16: a helper Bridge calls only
+    from the PP > 1 branch of the tied-embedding broadcast)."""
+    repo = _repo(tmp_path, {UTILS: SOURCE})
+    found = _callers(repo, SOURCE, _ran(SOURCE, TAKEN))
+    assert found is not None and [(c.line, c.how) for c in found] == [(16, "untaken"), (23, "layout")]
+    (branch,) = found[1].branches
+    assert [c.test for c in branch.conditions] == ["self.tp_size > 1"]
+    change = replace(
+        _change(),
+        callers=tuple((c.path, c.line, c.function, c.how) for c in found),
+        caller_branches=found[1].branches,
+    )
+    assert gated.uncalled(matrix, change) is None  # a call that runs somewhere: not "no cell runs it"
+    sel = select(matrix, [change], ran=_ran(SOURCE, TAKEN))
+    assert sel.levels == (0, 2), sel.levels
+    why = " ".join(r.why for r in sel.reasons[2])
+    assert "Bridge's call of the changed code under `if self.tp_size > 1`" in why and "at TP > 1" in why
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ runs them (layout.running), so a plan says once per condition: "changed line und
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -54,8 +55,31 @@ def reached(function: str, recorded: set[str]) -> bool:
     return any(q.startswith(f"{o}.") for o in owners for q in recorded)
 
 
-def outcomes(cells: Sequence[CellLayout], branches: Sequence[Branch], moe_family: bool) -> list[Outcome]:
-    """What each group of a file's branches needs beyond Level 0 (nothing for lines Level 0 runs)."""
+def _expert_parallel(
+    first: CellLayout | None,
+    extra: Sequence[CellLayout],
+    tests: list[tuple[ast.expr, bool]],
+    read: set[str],
+    moe_family: bool,
+) -> list[CellLayout | None]:
+    """The cells for a group: `first`, and for a test on the expert-parallel sizes also a cheaper MoE
+    cell that runs it. Level 2's EP=2 variant takes EP > 1 first; Level 4's EP=4 one stays, since the
+    experts each rank holds (and so the renumbering) differ between the two. A MoE-only test without EP
+    stays with Level 4 alone, the families' own level."""
+    if not read & {"ep", "etp"}:
+        return [first]
+    cheaper = [c for c in extra if c.kind == "moe" and not c.scheduled and (first is None or c.level < first.level)]
+    found = next(layout.running(cheaper, tests, moe_family), None)
+    if found is None:
+        return [first]
+    return [found] if first is None else [found, first]
+
+
+def outcomes(
+    cells: Sequence[CellLayout], branches: Sequence[Branch], moe_family: bool, extra: Sequence[CellLayout] = ()
+) -> list[Outcome]:
+    """What each group of a file's branches needs beyond Level 0 (nothing for lines Level 0 runs);
+    `extra`: other levels' MoE variants, taken for a test on the expert-parallel sizes."""
     base = next(c for c in cells if c.level == 0 and c.kind == "all").layout
     base = replace(base, moe=True) if moe_family else base
     groups: dict[tuple[CellLayout | None, str, str, str | None], list[int]] = {}
@@ -68,12 +92,13 @@ def outcomes(cells: Sequence[CellLayout], branches: Sequence[Branch], moe_family
         held = [layout.can_hold(t, holds, base) for t, holds in tests]
         blocking = [c for c, ok in zip(branch.conditions, held, strict=False) if not ok] or list(branch.conditions)
         read = {d for c in blocking if (t := layout.parse(c.test)) is not None for d in layout.reads(t)}
-        other = first or next((c for c in found if c.scheduled), None)
-        dims = (read & layout.differs(base, other.layout)) if other is not None else read
-        words = " and ".join(layout.WORDS[d] for d in sorted(dims or read)) or "under another layout"
-        scheduled = other.variant if first is None and other is not None else None
-        key = (first, " and ".join(c.shown() for c in blocking), words, scheduled)
-        groups.setdefault(key, []).append(branch.line)
+        for cell in _expert_parallel(first, extra, tests, read, moe_family):
+            other = cell or next((c for c in found if c.scheduled), None)
+            dims = (read & layout.differs(base, other.layout)) if other is not None else read
+            words = " and ".join(layout.WORDS[d] for d in sorted(dims or read)) or "under another layout"
+            scheduled = other.variant if cell is None and other is not None else None
+            key = (cell, " and ".join(c.shown() for c in blocking), words, scheduled)
+            groups.setdefault(key, []).append(branch.line)
     return [Outcome(cell, tuple(lines), shown, words, sched) for (cell, shown, words, sched), lines in groups.items()]
 
 
@@ -86,8 +111,9 @@ def picks(
     branches = [b for b in file.branches if reached(b.function, recorded)]
     chosen: list[tuple[int, str, str, str]] = []
     unexecuted: list[str] = []
+    every = [c for c in layout.cell_layouts(fams.matrix, every_kind=True) if c not in cells] if branches else []
     for fam in fams.targets(file.path, file, changed=True) if branches else []:
-        for out in outcomes(cells, branches, fams.matrix.families[fam].has("moe")):
+        for out in outcomes(cells, branches, fams.matrix.families[fam].has("moe"), every):
             kind = "all" if out.cell is None else out.cell.kind
             target = fam if kind == "all" else fams.kind_family(fam, kind)
             if out.cell is None or target is None:

@@ -12,7 +12,10 @@ Every mention of the changed definition's top-level name in Bridge's sources at 
 `isinstance` check, a comment, or a line inside a gated function, or one inside a function recorded
 cells ran whose statement none of them took, under no parallel-layout condition (a TP-only branch is
 for the layout rules). Anything else (module code, a class body, a subclass, a value passed on, a line
-a cell ran, a file no record covers) leaves the change to the other rules.
+a cell ran, a file no record covers) leaves the change to the other rules. A call under a parallel-
+layout condition is kept with its branch: a helper Bridge calls only at PP > 1 (`_get_embedding_group`,
+behind `_broadcast_shared_embeddings`' tied-embedding branch) runs in the first cell whose layout takes
+that branch, and in no Level 0 cell.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ class Caller:
     path: str
     line: int
     function: str  # the function the mention sits in
-    how: str  # "untaken": recorded cells ran the function, never this line; "gated": a gated function
+    how: str  # "untaken": recorded cells ran the function, never this line; "gated": a gated function;
+    # "layout": the call runs only under the parallel-layout conditions of `branches` (the layout rules)
+    branches: tuple[branches.Branch, ...] = ()
 
 
 def _statement(tree: ast.Module, line: int) -> ast.stmt | None:
@@ -158,8 +163,11 @@ class _Reader:
         if (path, function.split(".", 1)[0]) in self.gates:
             return Caller(path, line, function, "gated")
         stmt = _statement(tree, line)
-        if not function or stmt is None or branches.from_source(source, [line], True):
-            return None  # a layout condition: for the layout rules (Level 2's TP branch)
+        if not function or stmt is None:
+            return None
+        under = branches.from_source(source, [line], True)
+        if under:  # a layout condition: the change runs where it holds (Level 2's PP branch)
+            return Caller(path, line, function, "layout", tuple(under))
         if unrecorded_condition(tree, line):
             return None  # a kind (MTP, vision, ...) or state (a cache hit) condition: Level 4 or 5 may take it
         blob = blob_id(source)

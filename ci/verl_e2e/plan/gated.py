@@ -104,8 +104,8 @@ def _set_by_a_level(matrix: Matrix, gate: Gate) -> bool:
 def uncalled(matrix: Matrix, file: ChangedFile) -> str | None:
     """Why no cell runs a change whose definition Bridge calls only where no cell goes (callsites.py):
     on lines recorded cells ran around and never took, or inside a gated function no level opens."""
-    if file.callers is None:
-        return None
+    if file.callers is None or any(how == "layout" for *_, how in file.callers):
+        return None  # (a call under a layout condition runs where it holds: the layout rules, select.py)
     gates = {(g.path, g.function): g for g in GATES}
     lines: dict[tuple[str, str, str], list[str]] = {}
     for path, line, function, how in file.callers:

@@ -204,10 +204,14 @@ def _with_callers(repo: Path, base: str, files: list[ChangedFile]) -> list[Chang
     out = []
     for f in files:
         found = callsites.callers(repo, base, f, read=read, ran=ran, gates=gates, verl=verl) if f in eligible else None
-        out.append(
-            f if found is None else replace(f, callers=tuple((c.path, c.line, c.function, c.how) for c in found))
-        )
+        out.append(f if found is None else _caller_record(f, found))
     return out
+
+
+def _caller_record(file: ChangedFile, found: tuple[callsites.Caller, ...]) -> ChangedFile:
+    """The file with its callers, and the layout branches those under a layout condition sit in."""
+    listed = tuple((c.path, c.line, c.function, c.how) for c in found)
+    return replace(file, callers=listed, caller_branches=tuple(b for c in found for b in c.branches))
 
 
 def _named_before(repo: Path, base: str, file: ChangedFile) -> bool:

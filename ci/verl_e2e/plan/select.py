@@ -10,6 +10,7 @@ add Level 4, and any level above 0 implies Level 0 for the same family.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -85,6 +86,8 @@ class _Scan:
             elif nowhere is not None:
                 self.found.off_surface[file.path] = "every changed line runs only under a layout no PR cell has"
                 self.found.unexecuted |= dict.fromkeys(nowhere)
+            elif file.callers is not None and _branches(self, replace(file, branches=file.caller_branches), True):
+                continue  # Bridge calls the change only under layout conditions: their cells run it
             else:
                 if not ran_it and file.path not in self.ran_around and self._off_surface(file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
@@ -93,7 +96,7 @@ class _Scan:
                     continue
                 fired = [rule for rule in matrix.rules if self._apply(rule, file)]  # every rule is tried
                 worded = self._aspects(file)
-                touched = worded | self._branches(file) | _retests(self.matrix, self, file) | _users(self, file)
+                touched = worded | _branches(self, file) | _retests(self.matrix, self, file) | _users(self, file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
                     self.found.unmatched.append(file.path)
                     _unmatched_runs_level0(self.fams, self.col, file)
@@ -156,17 +159,6 @@ class _Scan:
                     self.col.add(level, target, kinds, (f"aspect:{hit.aspect.name}", why), file.path)
         return bool(hits)
 
-    def _branches(self, file: ChangedFile) -> bool:
-        """Changed lines that run only under some parallel layouts select the first cell whose layout
-        runs them (Level 0 runs their function, not them); lines no cell runs are named."""
-        if not file.branches or not file.path.startswith("src/"):
-            return False
-        picks, unexecuted = branch_levels.picks(self.cells, file, self.ran, self.fams)
-        for level, family, kind, why in picks:
-            self.col.add(level, family, {kind}, ("layout-branch", why), file.path)
-        self.found.unexecuted |= dict.fromkeys(unexecuted)
-        return bool(picks)
-
     def _apply(self, rule: Rule, file: ChangedFile) -> bool:
         """Try one rule on one file; True when it selected something."""
         matched = [p for p in file.paths if rule.paths.matches(p)]
@@ -200,6 +192,20 @@ class _Scan:
         if changed and flags:
             _architecture_variant(self.matrix, self.col, fam, flags, path)
         return True
+
+
+def _branches(scan: _Scan, file: ChangedFile, calls: bool = False) -> bool:
+    """Changed lines that run only under some parallel layouts select the first cell whose layout runs
+    them (Level 0 runs their function, not them); lines no cell runs are named. `calls`: the branches
+    are those of Bridge's calls of the changed code, not of its own lines."""
+    if not file.branches or not file.path.startswith("src/"):
+        return False
+    picks, unexecuted = branch_levels.picks(scan.cells, file, scan.ran, scan.fams)
+    for level, family, kind, said in picks:
+        why = re.sub(r"^changed line(s?)", r"Bridge's call\1 of the changed code", said) if calls else said
+        scan.col.add(level, family, {kind}, ("layout-branch", why), file.path)
+    scan.found.unexecuted |= dict.fromkeys(unexecuted)
+    return bool(picks)
 
 
 def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> None:
