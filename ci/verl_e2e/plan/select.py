@@ -66,7 +66,7 @@ class _Scan:
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         whole = self.col
         for file in files:
-            self.col = collector.Narrowed(whole, unrun.off_layout(matrix, file))
+            self.col = collector.Narrowed(whole, unrun.off_layout(matrix, file), unrun.save_only(matrix, file, ran))
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from verl_e2e.config.aspects import Hit, code_lines
-from verl_e2e.config.matrix import Matrix
+from verl_e2e.config.matrix import Level, Matrix
 from verl_e2e.plan import branch_levels, layout
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
@@ -114,6 +114,36 @@ def off_layout(matrix: Matrix, file: ChangedFile) -> set[int]:
         c.level for b in file.branches for moe in (False, True) for c in layout.running(pr_cells, b.tests(), moe)
     }
     return {lv for lv in {c.level for c in pr_cells} if lv > 0} - taken
+
+
+def save_only(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> set[int]:
+    """The levels none of whose cells saves or resumes, where every changed function ran only in
+    recorded save/resume cells (Level 1's) and in none of the many other recorded cells: code of the
+    save path (an adapter's sharded state dict) runs in no cell that never saves, whatever layout or
+    model kind its words or branches name. Empty where any changed function ran elsewhere, or is new."""
+    names = {n.replace(".<locals>", "") for n in file.functions or ()}
+    if not names or file.module_level or not file.path.startswith("src/"):
+        return set()
+    saving = {lv for lv, level in matrix.levels.items() if _saves(matrix, level)}
+    seen: dict[str, set[bool]] = {n: set() for n in names}
+    for r in ran:
+        done = {q.replace(".<locals>", "") for p in file.paths for q in r.functions.get(p, ())}
+        for n in names & done:
+            seen[n].add(r.level in saving)
+    if not all(found == {True} for found in seen.values()):
+        return set()
+    return {lv for lv in matrix.levels if lv > 0 and lv not in saving}
+
+
+def _saves(matrix: Matrix, level: Level) -> bool:
+    """Whether some phase of some variant of the level saves (SAVE_FREQ above 0) or resumes."""
+    base = dict(matrix.base_env) | dict(level.env)
+    for variant in level.variants:
+        for phase in variant.phases:
+            env = base | dict(variant.env) | dict(phase.env)
+            if env.get("SAVE_FREQ", "-1") not in ("-1", "0", "") or env.get("RESUME_MODE", "disable") != "disable":
+                return True
+    return False
 
 
 def build_values_only(file: ChangedFile) -> bool:
