@@ -606,3 +606,6 @@ def test_the_release_names_vllm_and_bridge_read_are_in_the_built_configs(built: 
     with safe_open(out / "gemma_vl" / "model.safetensors", "pt") as weights:
         tower = [k for k in weights.keys() if k.startswith("vision_tower.")]  # noqa: SIM118 - safe_open has no __iter__
     assert tower and all(k.startswith("vision_tower.vision_model.") for k in tower)
+    # the second run's: ERNIE-4.5-VL's `use_temporal_conv`, GLM-4.5V's `<|observation|>` (verl requires it)
+    assert config["ernie_vl"]["use_temporal_conv"] is True
+    assert "<|observation|>" in glm.get_vocab()

@@ -68,7 +68,7 @@ def _ernie_vl(config: Any) -> dict[str, Any]:
     """ERNIE-4.5-VL as vLLM 0.24 reads it: the release's remote-code config keeps the vision merge sizes,
     the tower's width and the image patch id at the top, where transformers nests them under
     vision_config or names them otherwise (a Level 0 cell stopped on `spatial_conv_size`, H200, 2026-12-04;
-    vllm/model_executor/models/ernie45_vl.py reads the five below). Its vision tower reads the release's
+    vllm/model_executor/models/ernie45_vl.py reads the six below). Its vision tower reads the release's
     `embed_dim` and `mlp_ratio` too, where transformers has `hidden_size` and `intermediate_size` (the next
     cell stopped on `embed_dim`, H200, 2026-12-04)."""
     vision = config.vision_config
@@ -76,6 +76,7 @@ def _ernie_vl(config: Any) -> dict[str, Any]:
         "vision_config.embed_dim": vision.hidden_size,
         "vision_config.mlp_ratio": vision.intermediate_size / vision.hidden_size,
         "spatial_conv_size": vision.spatial_merge_size,
+        "use_temporal_conv": True,  # the release's; vLLM's resampler reads it (the cell after embed_dim)
         "temporal_conv_size": vision.temporal_merge_size,
         "pixel_hidden_size": vision.hidden_size,
         "im_patch_id": config.image_token_id,

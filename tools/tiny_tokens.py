@@ -34,6 +34,8 @@ ROLE_TOKENS: dict[str, tuple[str, ...]] = {
     "minimax_vl_01": (*_MINIMAX, "<end_of_sentence>", "<beginning_of_sentence>"),
     "glm4_moe": _GLM,
     "glm_moe_dsa": _GLM,
+    # GLM-4.5V: verl's tokenizer check requires the same role tokens (H200, 2026-12-04, evening)
+    "glm4v_moe": _GLM,
     "gemma4": ("<|tool_response>",),
 }
 
