@@ -525,11 +525,13 @@ def test_ernie_vl_gets_the_top_level_keys_vllm_reads_from_its_nested_config() ->
 
     import tiny_release  # on sys.path once make_tiny_model.py is loaded
 
-    vision = SimpleNamespace(spatial_merge_size=2, temporal_merge_size=2, hidden_size=128)
+    vision = SimpleNamespace(spatial_merge_size=2, temporal_merge_size=2, hidden_size=128, intermediate_size=256)
     config = SimpleNamespace(vision_config=vision, text_config=SimpleNamespace(hidden_size=256), image_token_id=1021)
     notes = tiny_release.add_release_keys("Ernie4_5_VLMoeForConditionalGeneration", config)
     assert (config.spatial_conv_size, config.temporal_conv_size, config.pixel_hidden_size) == (2, 2, 128)
-    assert (config.im_patch_id, config.hidden_size) == (1021, 256) and notes
+    assert (config.im_patch_id, config.hidden_size, config.use_temporal_conv) == (1021, 256, True) and notes
+    # the tower, as vLLM's reads it: the release's width and MLP ratio (the eleventh batch's stops)
+    assert (vision.embed_dim, vision.mlp_ratio) == (128, 2.0)
 
 
 def test_minimax_m3_gets_the_image_frame_tokens_its_vllm_processor_looks_up() -> None:
