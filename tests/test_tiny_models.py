@@ -525,9 +525,21 @@ def test_ernie_vl_gets_the_top_level_keys_vllm_reads_from_its_nested_config() ->
 
     import tiny_release  # on sys.path once make_tiny_model.py is loaded
 
-    vision = SimpleNamespace(spatial_merge_size=2, temporal_merge_size=2, hidden_size=128, intermediate_size=256)
-    config = SimpleNamespace(vision_config=vision, text_config=SimpleNamespace(hidden_size=256), image_token_id=1021)
+    class Config(SimpleNamespace):  # stands in for PretrainedConfig: attributes plus to_dict()
+        def to_dict(self) -> dict[str, object]:
+            return {k: v.to_dict() if isinstance(v, Config) else v for k, v in vars(self).items()}
+
+    vision = Config(spatial_merge_size=2, temporal_merge_size=2, hidden_size=128, intermediate_size=256)
+    text = Config(hidden_size=256, vocab_size=1024, num_hidden_layers=3, image_token_id=7, moe_num_experts=8,
+                  moe_intermediate_size=64, mlp_layer_types=["dense", "sparse", "sparse"])
+    config = Config(vision_config=vision, text_config=text, image_token_id=1021)
     notes = tiny_release.add_release_keys("Ernie4_5_VLMoeForConditionalGeneration", config)
+    # the release's flat layout: the text model's keys at the top, where vLLM's text model reads them
+    # (vocab_size stopped the twelfth batch's cell); a key the top already has keeps its own value
+    assert (config.vocab_size, config.num_hidden_layers, config.image_token_id) == (1024, 3, 1021)
+    # its experts as [text, vision] pairs, MoE from the first sparse layer to the last layer
+    assert (config.moe_num_experts, config.moe_intermediate_size) == ([8, 8], [64, 64])
+    assert (config.moe_layer_start_index, config.moe_layer_end_index) == ([1, 1], [2, 2])
     assert (config.spatial_conv_size, config.temporal_conv_size, config.pixel_hidden_size) == (2, 2, 128)
     assert (config.im_patch_id, config.hidden_size, config.use_temporal_conv) == (1021, 256, True) and notes
     # the tower, as vLLM's reads it: the release's width and MLP ratio (the eleventh batch's stops)

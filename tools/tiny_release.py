@@ -72,7 +72,13 @@ def _ernie_vl(config: Any) -> dict[str, Any]:
     `embed_dim` and `mlp_ratio` too, where transformers has `hidden_size` and `intermediate_size` (the next
     cell stopped on `embed_dim`, H200, 2026-12-04)."""
     vision = config.vision_config
-    return {
+    top = config.to_dict()
+    # the release's config is flat: its text model's keys sit at the top, where vLLM's text model reads
+    # them (`vocab_size` stopped the third cell, H200, 2026-12-04); transformers nests them in text_config
+    text = config.text_config.to_dict()
+    flat = {k: v for k, v in text.items() if k not in top and not k.startswith("_")}
+    flat |= _ernie_vl_experts(text)
+    return flat | {
         "vision_config.embed_dim": vision.hidden_size,
         "vision_config.mlp_ratio": vision.intermediate_size / vision.hidden_size,
         "spatial_conv_size": vision.spatial_merge_size,
@@ -81,6 +87,23 @@ def _ernie_vl(config: Any) -> dict[str, Any]:
         "pixel_hidden_size": vision.hidden_size,
         "im_patch_id": config.image_token_id,
         "hidden_size": config.text_config.hidden_size,
+    }
+
+
+def _ernie_vl_experts(text: dict[str, Any]) -> dict[str, Any]:
+    """The release's expert keys are [text, vision] pairs and a first/last MoE layer, where transformers
+    has one count, one width and `mlp_layer_types`; its model builds both groups alike (vLLM asserts
+    equal counts)."""
+    kinds = text.get("mlp_layer_types") or []
+    sparse = [i for i, kind in enumerate(kinds) if kind == "sparse"]
+    if not sparse or not isinstance(text.get("moe_num_experts"), int):
+        return {}
+    last = text["num_hidden_layers"] - 1
+    return {
+        "moe_num_experts": [text["moe_num_experts"]] * 2,
+        "moe_intermediate_size": [text["moe_intermediate_size"]] * 2,
+        "moe_layer_start_index": [sparse[0]] * 2,
+        "moe_layer_end_index": [last, last],
     }
 
 

@@ -28,6 +28,7 @@ FAILURE_CLASSES = (
     "no_update",  # nothing trained moved (judge/training.py; from the run's records, not a log line)
     "rollout_weights",  # the rollout engine ran other weights than the trainer's
     "no_learning",  # Level 5: the reward did not rise beyond its own noise
+    "mtp_untrained",  # Level 4's MTP cell: the multi-token-prediction layers produced no finite loss
 )
 
 

@@ -183,6 +183,7 @@ def build_checks(
         "learning_signal": lambda: training.learning_signal(evidences, baseline),
         "update_nonzero": lambda: training.update_check(updates, evidences),
         "rollout_matches_trainer": lambda: training.rollout_check(evidences, moe),
+        "mtp_trained": lambda: training.mtp_check(evidences),
     }
     names = list(cell.checks)
     if "no_nan" not in names and any(ev.nan_or_inf_in_metrics for ev in evidences.values()):

@@ -50,6 +50,7 @@ CHECK_CLASS = {
     "update_nonzero": "no_update",
     "rollout_matches_trainer": "rollout_weights",
     "learning_signal": "no_learning",
+    "mtp_trained": "mtp_untrained",
 }
 
 
@@ -72,6 +73,8 @@ ADVICE = {
     "mappings this PR changed (names, split order, transposes) against the HF model",
     "no_learning": "the reward did not rise beyond its noise: compare with the merge base's Level 5 run; check "
     "the loss, optimizer and adapter code this PR changed",
+    "mtp_untrained": "the MTP layers gave no finite loss: check that the provider still builds them "
+    "(mtp_num_layers from the HF config) and that the bridge maps the HF checkpoint's MTP weights",
 }
 MIN_T = 2.0  # one-sided, about p < 0.03 at the 20+ points a Level 5 run logs
 MIN_POINTS = 8
@@ -280,3 +283,24 @@ def _validation(ev: Evidence) -> str | None:
         return None
     k = common[0]
     return f"validation {k} {first[k]:.3f} -> {last[k]:.3f}"
+
+
+# -------------------------------------------------------------------------------------------- MTP
+
+
+MTP_KEY = "actor/mtp_losses/"
+
+
+def mtp_check(evidences: Mapping[str, Evidence]) -> Check:
+    """Level 4's MTP cell trained its multi-token-prediction layers: verl logs `actor/mtp_losses/mtp_N_loss`
+    for each MTP layer when they join the loss. Without this a provider that stops building them (or a
+    bridge that drops their weights) would pass the cell on the main loss alone."""
+    points = [(k, v) for ev in evidences.values() for k, pts in ev.series.items() if k.startswith(MTP_KEY)
+              for _, v in pts]  # fmt: skip
+    if not points:
+        return Check("mtp_trained", "Fail", f"verl logged no {MTP_KEY}* metric: the MTP layers were not trained")
+    bad = [k for k, v in points if not (math.isfinite(v) and v > 0)]
+    if bad:
+        return Check("mtp_trained", "Fail", f"MTP loss not finite and positive ({bad[0]}) in {len(bad)} point(s)")
+    layers = sorted({k.removeprefix(MTP_KEY) for k, _ in points})
+    return Check("mtp_trained", "Pass", f"MTP loss over {len(points)} point(s): {', '.join(layers)}")

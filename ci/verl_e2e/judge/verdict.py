@@ -205,9 +205,8 @@ def _deliverables(
     run_names = ("steps_completed", "exit_zero", "vanilla_mbridge_false", *checked)
     run_checks = [by_name[n] for n in run_names if n in by_name and (n not in checked or by_name[n].result == "Fail")]
     run_ok = bool(ran) and all(c.result == "Pass" for c in run_checks)
-    variant_checks = [
-        c for c in checks if c.name in ("saves", "resume", "no_nan", "grad_norm_nonzero", "learning_signal")
-    ]
+    variant_names = ("saves", "resume", "no_nan", "grad_norm_nonzero", "learning_signal", "mtp_trained")
+    variant_checks = [c for c in checks if c.name in variant_names]
     if cell.level == 0:
         variants = Deliverable("Requested variants", "Not requested", "Level 0 only")
     elif not ran:

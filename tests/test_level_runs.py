@@ -1,0 +1,78 @@
+"""The first real cells above Level 0 beyond llama, re-judged: what each level proves held on a real run.
+
+The archives in fixtures/level-runs/ are run dirs written by run-cell on one H200 (verl 1dda039, Bridge
+067f987, tools/offline_node.sh with tools/parallel_runs.sh, nine cells at once, 2026-12-04, evening):
+Level 1 on a tiny Gemma 3 and a tiny Qwen3-MoE, Level 4's MTP cell on tiny DeepSeek-V3 and GLM-4.5, its
+VLM cell on a tiny Qwen3-VL, and Level 3 (Megatron-FSDP) on the tiny Qwen2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from verl_e2e.judge.judging import judge_run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "tests/fixtures/level-runs"
+PASSING = {  # archive -> (level, family, checks that must be Pass beside the two every cell gets)
+    "l1-gemma3": (1, "gemma3", ("saves", "resume")),
+    "l1-qwen3_moe": (1, "qwen3_moe", ("saves", "resume")),
+    "l4mtp-deepseek_v3": (4, "deepseek_v3", ()),
+    "l4mtp-glm45": (4, "glm45", ()),
+    "l4vlm-qwen_vl": (4, "qwen_vl", ()),
+}
+
+
+def _unpack(name: str, into: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("family_table", ROOT / "tools/family_table.py")
+    assert spec and spec.loader
+    tool: ModuleType = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    run: Path = tool.unpack(RUNS / f"{name}.tar.xz", into)
+    return run
+
+
+@pytest.mark.parametrize("name", sorted(PASSING))
+def test_each_kept_level_run_passes_what_its_level_checks(name: str, tmp_path: Path) -> None:
+    level, family, own = PASSING[name]
+    v = judge_run_dir(_unpack(name, tmp_path))
+    assert (v.result, v.level, v.family) == ("Pass", level, family), v.headline
+    checks = {c.name: c.result for c in v.checks}
+    for check in ("update_nonzero", "rollout_matches_trainer", *own):
+        assert checks.get(check) == "Pass", (check, checks)
+
+
+def _with_mtp_check(run: Path) -> None:
+    """These cells were planned before the MTP cell listed `mtp_trained`; add it as today's plan does."""
+    cell = json.loads((run / "cell.json").read_text())
+    cell["checks"] = [*cell["checks"], "mtp_trained"]
+    (run / "cell.json").write_text(json.dumps(cell))
+
+
+@pytest.mark.parametrize("name", ["l4mtp-deepseek_v3", "l4mtp-glm45"])
+def test_the_mtp_cell_passes_only_with_the_mtp_loss_verl_logged(name: str, tmp_path: Path) -> None:
+    run = _unpack(name, tmp_path)
+    _with_mtp_check(run)
+    v = judge_run_dir(run)
+    mtp = next(c for c in v.checks if c.name == "mtp_trained")
+    assert (v.result, mtp.result) == ("Pass", "Pass") and "mtp_1_loss" in mtp.detail, mtp.detail
+
+
+def test_an_mtp_cell_whose_mtp_layers_gave_no_loss_fails_and_says_so(tmp_path: Path) -> None:
+    """What a provider that stopped building the MTP layers looks like: the same run without verl's
+    mtp_losses/* metrics (the main loss and both optimizers still moved)."""
+    run = _unpack("l4mtp-deepseek_v3", tmp_path)
+    _with_mtp_check(run)
+    for log in run.glob("*.log"):
+        text = log.read_text(errors="replace")
+        log.write_text(re.sub(r" - actor/mtp_losses/[^:\s]*:\S*", "", text))
+    v = judge_run_dir(run)
+    mtp = next(c for c in v.checks if c.name == "mtp_trained")
+    assert (v.result, v.failure_class, mtp.result) == ("Fail", "mtp_untrained", "Fail"), v.headline
+    assert "no actor/mtp_losses" in mtp.detail
