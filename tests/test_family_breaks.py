@@ -61,6 +61,8 @@ EXPECTED = {
     ),
     # Bridge's Gemma 3 VL forward returns (outputs, loss_mask); verl takes the output as logits
     "gemma_vl.cannot_run": ("cannot_run", "Fail", "runtime", "AttributeError: 'tuple' object has no attribute 'shape'"),
+    # Bridge's GLM-4.5V forward passes verl's absent mm_token_type_ids to transformers' rope index
+    "glm_vl.cannot_run": ("cannot_run", "Fail", "runtime", "TypeError: 'NoneType' object is not subscriptable"),
     "glm_vl.merged_lora": ("merged_lora", "Blocked", "setup", "KeyError: 'layers.1.mlp.experts.0.gate_proj.weight'"),
     "qwen35_vl_moe": ("no_critic", "Fail", "model_build", NO_MAPPING),
     # EXAONE 4.5's text model expands verl's [batch, seq] mask as EXAONE 4's attention does
