@@ -3,7 +3,8 @@
 The archives in fixtures/level-runs/ are run dirs written by run-cell on one H200 (verl 1dda039, Bridge
 067f987, tools/offline_node.sh with tools/parallel_runs.sh, nine cells at once, 2026-12-04, evening):
 Level 1 on a tiny Gemma 3 and a tiny Qwen3-MoE, Level 4's MTP cell on tiny DeepSeek-V3 and GLM-4.5, its
-VLM cell on a tiny Qwen3-VL, and Level 3 (Megatron-FSDP) on the tiny Qwen2.
+VLM cell on a tiny Qwen3-VL, and Level 3 (Megatron-FSDP) on the tiny Qwen2 with LoRA (it stopped) and then
+full-parameter, with Level 1 on the tiny Qwen3-VL, in a second run on the same node.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ PASSING = {  # archive -> (level, family, checks that must be Pass beside the tw
     "l4mtp-deepseek_v3": (4, "deepseek_v3", ()),
     "l4mtp-glm45": (4, "glm45", ()),
     "l4vlm-qwen_vl": (4, "qwen_vl", ()),
+    "l1-qwen_vl": (1, "qwen_vl", ("saves", "resume")),
+    "l3-qwen": (3, "qwen", ()),  # full-parameter, as the variant now runs
 }
 
 
@@ -76,3 +79,17 @@ def test_an_mtp_cell_whose_mtp_layers_gave_no_loss_fails_and_says_so(tmp_path: P
     mtp = next(c for c in v.checks if c.name == "mtp_trained")
     assert (v.result, v.failure_class, mtp.result) == ("Fail", "mtp_untrained", "Fail"), v.headline
     assert "no actor/mtp_losses" in mtp.detail
+
+
+def test_lora_under_megatron_fsdp_stops_where_the_level_3_limitation_says(tmp_path: Path) -> None:
+    """Why Level 3 runs full-parameter: the same cell with LoRA stopped at verl's first weight sync, on the
+    adapters' DTensors Bridge's adapter export hands over ungathered. The variant's limitation quotes it."""
+    v = judge_run_dir(_unpack("l3-qwen-lora", tmp_path))
+    phrase = "aten.copy_.default got mixed torch.Tensor and DTensor"
+    assert (v.result, v.failure_class, v.level) == ("Fail", "runtime", 3) and phrase in v.headline, v.headline
+    from verl_e2e.config.matrix import load_matrix
+
+    variant = next(v for v in load_matrix(None).levels[3].variants if v.name == "megatron-fsdp")
+    said = " ".join(variant.limitations)
+    assert phrase in said and "level-runs/l3-qwen-lora.tar.xz" in said
+    assert variant.env["LORA_RANK"] == "0"

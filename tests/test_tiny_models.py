@@ -243,6 +243,11 @@ def test_moe_and_mtp_switches_land_in_the_language_model_config() -> None:
     }
     qwen35_vl = {"text_config": {"num_hidden_layers": 24, "vocab_size": 1}, "vision_config": {"depth": 12}}
     assert mtm.mtp_overrides(qwen35_vl) == {"mtp_num_hidden_layers": 1, "text_config": {"mtp_num_hidden_layers": 1}}
+    # a config with no count key, in DeepSeek-V3's MTP checkpoint format: DeepSeek's key, which Hy3's bridge
+    # reads for its MTP mappings (with the other key Megatron built an MTP layer the bridge could not load)
+    assert mtm.mtp_overrides({"num_hidden_layers": 80, "vocab_size": 1}, "HYV3ForCausalLM") == {
+        "num_nextn_predict_layers": 1
+    }
 
 
 def test_families_come_from_matrix_yaml_and_provider_only_ones_borrow_an_architecture() -> None:
@@ -530,15 +535,24 @@ def test_ernie_vl_gets_the_top_level_keys_vllm_reads_from_its_nested_config() ->
             return {k: v.to_dict() if isinstance(v, Config) else v for k, v in vars(self).items()}
 
     vision = Config(spatial_merge_size=2, temporal_merge_size=2, hidden_size=128, intermediate_size=256)
-    text = Config(hidden_size=256, vocab_size=1024, num_hidden_layers=3, image_token_id=7, moe_num_experts=8,
-                  moe_intermediate_size=64, mlp_layer_types=["dense", "sparse", "sparse"])
+    text = Config(
+        hidden_size=256,
+        vocab_size=1024,
+        num_hidden_layers=3,
+        image_token_id=7,
+        moe_num_experts=8,
+        moe_intermediate_size=[64, 32],
+        mlp_layer_types=["dense", "sparse", "sparse"],
+    )
     config = Config(vision_config=vision, text_config=text, image_token_id=1021)
     notes = tiny_release.add_release_keys("Ernie4_5_VLMoeForConditionalGeneration", config)
     # the release's flat layout: the text model's keys at the top, where vLLM's text model reads them
     # (vocab_size stopped the twelfth batch's cell); a key the top already has keeps its own value
     assert (config.vocab_size, config.num_hidden_layers, config.image_token_id) == (1024, 3, 1021)
     # its experts as [text, vision] pairs, MoE from the first sparse layer to the last layer
-    assert (config.moe_num_experts, config.moe_intermediate_size) == ([8, 8], [64, 64])
+    # (transformers keeps the widths as a pair already: they stay as they are, not nested; the twelfth
+    # batch's second cell met [[128, 128], [128, 128]] in vLLM's shared-expert width)
+    assert (config.moe_num_experts, config.moe_intermediate_size) == ([8, 8], [64, 32])
     assert (config.moe_layer_start_index, config.moe_layer_end_index) == ([1, 1], [2, 2])
     assert (config.spatial_conv_size, config.temporal_conv_size, config.pixel_hidden_size) == (2, 2, 128)
     assert (config.im_patch_id, config.hidden_size, config.use_temporal_conv) == (1021, 256, True) and notes

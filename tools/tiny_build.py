@@ -119,7 +119,7 @@ def tiny_config(
     if "moe" in family.kinds:
         over = deep_merge(over, moe_overrides(defaults))
     if "mtp" in family.kinds:
-        over = deep_merge(over, mtp_overrides(defaults))
+        over = deep_merge(over, mtp_overrides(defaults, architecture))
     merged = deep_merge(defaults, over)
     for k in ("transformers_version", "_name_or_path", "architectures", "model_type"):
         merged.pop(k, None)

@@ -99,9 +99,13 @@ def _ernie_vl_experts(text: dict[str, Any]) -> dict[str, Any]:
     if not sparse or not isinstance(text.get("moe_num_experts"), int):
         return {}
     last = text["num_hidden_layers"] - 1
+
+    def pair(value: Any) -> Any:  # transformers already keeps the width as a [text, vision] pair
+        return value if isinstance(value, list) else [value, value]
+
     return {
-        "moe_num_experts": [text["moe_num_experts"]] * 2,
-        "moe_intermediate_size": [text["moe_intermediate_size"]] * 2,
+        "moe_num_experts": pair(text["moe_num_experts"]),
+        "moe_intermediate_size": pair(text["moe_intermediate_size"]),
         "moe_layer_start_index": [sparse[0]] * 2,
         "moe_layer_end_index": [last, last],
     }

@@ -45,6 +45,7 @@ from tiny_keys import (
     MOE_INTERMEDIATE_KEYS,
     MTP_COUNT_KEY_DEFAULT,
     MTP_COUNT_KEYS,
+    MTP_NAMING,
     Q_LORA_RANK,
     ROUTING_GROUP_KEYS,
     SHARED_EXPERT_KEYS,
@@ -344,13 +345,17 @@ def text_config_path(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def mtp_overrides(defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """One MTP layer: set the count key the config has (or the one its bridge reads) to 1."""
+def mtp_overrides(defaults: Mapping[str, Any], architecture: str = "") -> dict[str, Any]:
+    """One MTP layer: set the count key the config has (or the one its bridge reads) to 1. A checkpoint
+    in DeepSeek-V3's MTP format (layers.{L+i}) counts them in DeepSeek's `num_nextn_predict_layers`, which
+    that format's bridges read (Hy3's: a tiny config with the other key built MTP layers its bridge had no
+    mapping for, H200, 2026-12-04)."""
     path = text_config_path(defaults)
     node: Mapping[str, Any] = defaults
     for k in path:
         node = node[k]
-    key = next((k for k in MTP_COUNT_KEYS if k in node), MTP_COUNT_KEY_DEFAULT)
+    fallback = MTP_COUNT_KEYS[0] if MTP_NAMING.get(architecture) == "layers" else MTP_COUNT_KEY_DEFAULT
+    key = next((k for k in MTP_COUNT_KEYS if k in node), fallback)
     over: dict[str, Any] = {key: 1}
     if path and key not in defaults:  # bridges read the count from the top-level config too
         return deep_merge({key: 1}, _nest(path, over))
