@@ -70,6 +70,11 @@ def test_only_assignments_before_verls_overrides_count() -> None:
     assert overrides.overridden(qwen35, ["        provider.mtp_loss_scaling_factor = 0.3"], ("_apply",)) == (
         "mtp_loss_scaling_factor",
     )
+    # a keyword argument in a function that builds no provider or config is that function's own argument:
+    # verl's override never reaches the value head's `sequence_parallel` (seventeenth probe set)
+    heads = "src/megatron/bridge/models/common/heads.py"
+    assert overrides.overridden(heads, ["        sequence_parallel=False,"], ("create_value_head_hook",)) == ()
+    assert overrides.overridden(heads, ["        sequence_parallel=False,"], ("provider_bridge",))
     # finalisation runs after the overrides; a provider's own methods and helpers may too
     assert overrides.overridden(path, ["        self.sequence_parallel = False"], ("finalize",)) == ()
     assert overrides.overridden(path, ["    config.expert_tensor_parallel_size = 1"], ("_set_default",)) == ()
@@ -229,3 +234,40 @@ def test_the_dtype_flags_verl_sets_are_numerics_where_they_are_set_and_overridde
     autocast = ["-        provider.autocast_dtype = torch.bfloat16", "+        provider.autocast_dtype = torch.float16"]
     plan = _plan(matrix, tmp_path, _hunk(qwen2, "class Qwen2Bridge(MegatronModelBridge):", autocast, 55), qwen2)
     assert plan["levels"] == []
+
+
+ACTIVATIONS = "src/megatron/bridge/utils/activation_map.py"
+
+
+def test_an_activation_name_resolving_to_another_function_is_a_learning_signal_change(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    """`"silu": F.gelu` keeps every shape: the trainer's MLP is GeGLU while vLLM (which reads the HF name
+    itself) computes SwiGLU; nothing raises, so Level 5 joins Level 0. A comment there selects nothing."""
+    swap = ['     "relu": F.relu,', '-    "silu": F.silu,', '+    "silu": F.gelu,', '     "sigmoid": F.sigmoid,']
+    plan = _plan(
+        matrix, tmp_path, _hunk(ACTIVATIONS, "ACTIVATION_FUNC_MAP: dict[str, Callable] = {", swap), ACTIVATIONS
+    )
+    assert 5 in plan["levels"]  # type: ignore[operator]
+    assert any(r["rule"] == "aspect:activation-map" for r in plan["reasons"]["5"])  # type: ignore[index]
+    note = ['     "relu": F.relu,', "-    # the gated ones", "+    # the gated activations", '     "silu": F.silu,']
+    quiet = _plan(
+        matrix, tmp_path, _hunk(ACTIVATIONS, "ACTIVATION_FUNC_MAP: dict[str, Callable] = {", note), ACTIVATIONS
+    )
+    assert 5 not in quiet["levels"]  # type: ignore[operator]
+
+
+def test_an_export_split_that_reverses_the_query_groups_is_a_weight_layout_change(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    """Reversing the order the query groups are gathered in keeps the shape and raises nothing: Level 5.
+    (`num_query_groups` also draws Level 2: real PRs' labellers want TP's group split checked.)"""
+    rows = [
+        "             torch.arange(total_heads_per_group * i, total_heads_per_group * i + heads_per_group)",
+        "-            for i in range(num_query_groups)",
+        "+            for i in reversed(range(num_query_groups))",
+        "         ]",
+    ]
+    plan = _plan(matrix, tmp_path, _hunk(MAPPING, "def split_qkv_weights(", rows, 3330), MAPPING)
+    assert 5 in plan["levels"], plan["reasons"]  # type: ignore[operator]
+    assert any(r["rule"] == "aspect:weight-layout" for r in plan["reasons"]["5"])  # type: ignore[index]

@@ -40,8 +40,11 @@ RUNS = {
 }
 
 
-# every family's kept Level 0 run (Bridge 067f987, lines keyed by the blob ids the driver recorded)
-FAMILY_RUNS = sorted((RUN.parents[1] / "family-runs").glob("*.tar.xz"))
+# every family's kept Level 0 run (Bridge 067f987, lines keyed by the blob ids the driver recorded), and
+# the passing cells above Level 0 (the one kept for its break, LoRA under Megatron-FSDP, is not folded)
+FAMILY_RUNS = sorted((RUN.parents[1] / "family-runs").glob("*.tar.xz")) + sorted(
+    a for a in (RUN.parents[1] / "level-runs").glob("*.tar.xz") if not a.name.endswith("-lora.tar.xz")
+)
 
 
 @pytest.fixture(scope="module")

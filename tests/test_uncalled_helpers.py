@@ -243,3 +243,29 @@ def test_a_changed_line_cells_ran_around_and_never_took_runs_in_no_cell(matrix: 
 def test_a_line_some_cell_may_take_is_planned(taken: set[int], cells: int, more: dict[str, object]) -> None:
     change = _untaken((86,), cells, **more)
     assert unrun.untaken_branch(change, _cells(taken, cells, change.path)) is None
+
+
+def test_a_line_under_a_type_check_of_what_a_caller_hands_over_is_no_setting_every_cell_shares() -> None:
+    """`if isinstance(key, tuple):` in a checkpoint key filter: four recorded cells never met a tuple key,
+    but another checkpoint format or library version may; the line is planned as the function is."""
+    import ast
+
+    from verl_e2e.plan import callsites
+
+    source = (
+        "def adapter_key_filter(self, key):\n"
+        "    if isinstance(key, tuple):\n"
+        "        return key[1].requires_grad\n"
+        "    return key in self.params_to_save\n"
+        "def wrap(self, m):\n"
+        "    if isinstance(m, (torch.nn.Linear, Adapter)):\n"
+        "        return True\n"
+        "def forward(self, x):\n"
+        "    if self.dropout > 0.0:\n"
+        "        return False\n"
+    )
+    tree = ast.parse(source)
+    assert callsites.unrecorded_condition(tree, 3, True)
+    assert not callsites.unrecorded_condition(tree, 6, True)  # a module's class: the LoRA targets verl sets
+    assert not callsites.unrecorded_condition(tree, 9, True)  # a setting every cell shares (verl's LoRA has none)
+    assert not callsites.unrecorded_condition(tree, 3)  # a call site under it: the helper stays uncalled

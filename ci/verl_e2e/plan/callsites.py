@@ -103,11 +103,18 @@ _UNRECORDED = re.compile(
     r"|linear_att|gated_delta|custom|heterogeneous|vlm|language_model"
     r"|cache|cached|initiali[sz]ed|first|step|iteration|count|seen|warned|once|training)"
 )
+# ... and, for a changed line itself, the plain-data type of what a caller hands over (a tuple key from a
+# checkpointing library), which another checkpoint format or library version changes where no setting
+# does. Not a module's or a wrapper's class (which LoRA targets verl sets decide), and not for a call
+# site: a helper called only on a type no cell met stays a helper no cell runs (a Mamba mixer's dimensions)
+_HANDED_OVER = re.compile(r"\bisinstance\([^,()]+,\s*\(?\s*(tuple|list|dict|str|bytes|int|float)\b")
 
 
-def unrecorded_condition(tree: ast.Module, line: int) -> bool:
-    """Whether a line runs under a condition on the model's kind or the run's state (see above)."""
-    return any(_UNRECORDED.search(ast.unparse(test)) for test in _tests_above(tree.body, line))
+def unrecorded_condition(tree: ast.Module, line: int, handed_over: bool = False) -> bool:
+    """Whether a line runs under a condition on the model's kind or the run's state (see above), or with
+    `handed_over`, on the type of what its function was given."""
+    forms = (_UNRECORDED, _HANDED_OVER) if handed_over else (_UNRECORDED,)
+    return any(f.search(ast.unparse(test)) for test in _tests_above(tree.body, line) for f in forms)
 
 
 def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:

@@ -126,7 +126,7 @@ def with_ast_scopes(
 
 def _unrecorded(source: bytes | None, lines: Sequence[int]) -> bool:
     tree = pyparse.tree(source) if source is not None and lines else None
-    return tree is not None and any(callsites.unrecorded_condition(tree, n) for n in lines)
+    return tree is not None and any(callsites.unrecorded_condition(tree, n, handed_over=True) for n in lines)
 
 
 def with_architectures(

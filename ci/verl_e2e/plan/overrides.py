@@ -63,6 +63,12 @@ _SETS = re.compile(
     r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|(\w+)=(?!=)[^\n]*[,(]\s*$"
     r"|provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=))"
 )
+# without the keyword-argument form: in a function that builds no provider or config (a value-head hook's
+# `sequence_parallel=...` is the hook's own argument, which verl's override never reaches)
+_SETS_NO_KWARGS = re.compile(
+    r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=))"
+)
+_BUILDS_CONFIG = re.compile(r"(?i)provider|config|bridge")
 _MODELS = "src/megatron/bridge/models/"
 _PEFT = "src/megatron/bridge/peft/"
 # a dataclass field's default (`dropout_position: str = "pre"`), not a parameter's (`dropout: float = 0.0,`:
@@ -77,7 +83,10 @@ def overridden(path: str, lines: Sequence[str] | None, scopes: Sequence[str]) ->
         return ()
     if path.startswith(_PEFT):
         return _only(lines, _FIELD, PEFT_OVERRIDES)
-    return _only(lines, _SETS, VERL_OVERRIDES) if path.startswith(_MODELS) else ()
+    if not path.startswith(_MODELS):
+        return ()
+    builds = not scopes or any(_BUILDS_CONFIG.search(s) for s in scopes)
+    return _only(lines, _SETS if builds else _SETS_NO_KWARGS, VERL_OVERRIDES)
 
 
 def _only(lines: Sequence[str], form: re.Pattern[str], names: frozenset[str]) -> tuple[str, ...]:
