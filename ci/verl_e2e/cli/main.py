@@ -15,10 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-import docker.errors
-
 from verl_e2e import __version__
-from verl_e2e.cli import base_cmd, github_cmd, inspect_cmd, paths, run_cmd, surface_cmd
+from verl_e2e.cli import github_args, paths, run_cmd, surface_cmd
 from verl_e2e.cli.progress import Progress
 from verl_e2e.config.matrix import LEVELS, Matrix, load_matrix
 from verl_e2e.errors import UsageError, VerlE2EError
@@ -26,8 +24,6 @@ from verl_e2e.plan import budget
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.contract import Plan, render_json, render_text, write_github
 from verl_e2e.plan.examples import EXAMPLES
-from verl_e2e.run import launch
-from verl_e2e.run.runinputs import require_container_in_actions
 
 
 class _Parser(argparse.ArgumentParser):
@@ -178,7 +174,7 @@ def _build_parser() -> argparse.ArgumentParser:
     judge.add_argument("--matrix", metavar="PATH", help="matrix.yaml with extra failure signatures")
 
     run_cmd.add_commands(sub)
-    github_cmd.add_commands(sub)
+    github_args.add_commands(sub)
     surface_cmd.add_command(sub)
     run = sub.add_parser(
         "run",
@@ -252,6 +248,8 @@ def _cmd_run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, progress: 
         return 0
     if args.dry_run:
         return _dry_run(args, matrix, plan, stdout)
+    from verl_e2e.run import launch  # noqa: PLC0415 - the runner and docker load when cells run
+
     verdicts = launch.run_many(plan.cells, run_cmd.request_from(args), matrix, stdout)
     return run_cmd.finish(verdicts, stdout, table=True)
 
@@ -263,6 +261,8 @@ def _dry_run(args: argparse.Namespace, matrix: Matrix, plan: Plan, stdout: TextI
         args.bridge = Path("../Megatron-Bridge")
         stdout.write("verl-e2e: no --bridge given; the commands use ../Megatron-Bridge\n")
     args.bridge = args.bridge.resolve()  # docker mounts need absolute paths
+    from verl_e2e.run import launch  # noqa: PLC0415
+
     request = run_cmd.request_from(args)
     image = args.image or launch.image_tag(request, matrix)
     for cell in plan.cells:
@@ -288,11 +288,18 @@ def main(
         paths.check(args)
         progress = Progress(stderr, f"verl-e2e {args.command}" if args.command else "verl-e2e")
         if args.command in ("run-cell", "run", "base-run"):
+            from verl_e2e.run.runinputs import require_container_in_actions  # noqa: PLC0415
+
             slurm_container = getattr(args, "slurm_container", None)
             dry_run = bool(getattr(args, "dry_run", False))
             require_container_in_actions(args.command, args.backend, slurm_container, env, dry_run)
         if args.command == "plan":
             return _cmd_plan(args, env, stdin, stdout, progress)
+        # the judge, the GitHub client and the runner load for the commands that use them, not for `plan`
+        if args.command in ("validate", "families", "evidence", "judge"):
+            from verl_e2e.cli import inspect_cmd  # noqa: PLC0415
+        if args.command in ("report", "react", "reply", "trigger", "compare", "gate", "fork-notice"):
+            from verl_e2e.cli import github_cmd  # noqa: PLC0415
         if args.command == "validate":
             return inspect_cmd.cmd_validate(args, stdout)
         if args.command == "families":
@@ -308,6 +315,8 @@ def main(
         if args.command == "run":
             return _cmd_run(args, stdin, stdout, progress)
         if args.command == "base-run":
+            from verl_e2e.cli import base_cmd  # noqa: PLC0415 - it loads the runner; plan should not
+
             return base_cmd.cmd_base_run(args, stdout)
         if args.command == "surface":
             return surface_cmd.cmd_surface(args, stdout, progress)
@@ -332,7 +341,7 @@ def main(
     except VerlE2EError as exc:
         stderr.write(f"verl-e2e: error: {exc}\n")
         return exc.exit_code
-    except docker.errors.DockerException as exc:
+    except _docker_error() as exc:
         detail = str(getattr(exc, "explanation", None) or exc).strip().splitlines()[-1][:300]
         stderr.write(f"verl-e2e: error: the container engine refused: {detail}\n")
         return 1
@@ -346,6 +355,15 @@ def main(
             raise
         stderr.write(f"verl-e2e: error: {exc.filename}: {exc.strerror or exc}; check the path and its permissions\n")
         return 2
+
+
+def _docker_error() -> type[Exception]:
+    """The docker SDK's base exception, imported only once an error reaches it: `plan` and the other
+    commands that start no container do not pay for the SDK (and requests under it) at start-up."""
+    import docker.errors  # noqa: PLC0415
+
+    error: type[Exception] = docker.errors.DockerException
+    return error
 
 
 if __name__ == "__main__":

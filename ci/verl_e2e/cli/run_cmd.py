@@ -5,19 +5,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from verl_e2e.config.matrix import load_matrix
 from verl_e2e.errors import UsageError
-from verl_e2e.judge.verdict import Verdict
-from verl_e2e.judge.verdict import render_text as render_verdict
 from verl_e2e.plan.contract import Plan
 from verl_e2e.plan.gitchanges import resolve_commit
-from verl_e2e.run import cachelayout, launch, slurm
+from verl_e2e.run import cachelayout, slurm
 from verl_e2e.run.backends import docker_client
 from verl_e2e.run.image import DEFAULT_EXTRA_PIP, ensure_image, pullable_ref
-from verl_e2e.run.launch import CellRequest, sayer
 from verl_e2e.run.prefetch import plan_downloads, run_downloads
+
+if TYPE_CHECKING:  # the runner and the judge load when a command runs or judges cells, not for `plan`
+    from verl_e2e.judge.verdict import Verdict
+    from verl_e2e.run.launch import CellRequest
 
 
 def add_commands(sub: Any) -> None:
@@ -163,6 +164,8 @@ def run_options(p: argparse.ArgumentParser, dry_run_defaults: bool = False) -> N
 
 def request_from(args: argparse.Namespace) -> CellRequest:
     """The run stage's one input, from whichever of run-cell, run, base-run or image was parsed."""
+    from verl_e2e.run.launch import CellRequest  # noqa: PLC0415
+
     plan_file = getattr(args, "cell", None)
     return CellRequest(
         bridge=getattr(args, "bridge", None),
@@ -206,12 +209,16 @@ def cmd_prefetch(args: argparse.Namespace, env: Mapping[str, str], stdout: TextI
         token = env.get(args.token_env)
         if not token:
             raise UsageError(f"prefetch: --token-env {args.token_env}: the variable is not set")
+    from verl_e2e.run.launch import sayer  # noqa: PLC0415
+
     manifest = run_downloads(downloads, cache, token=token, say=sayer(stdout))
     stdout.write(f"verl-e2e: prefetched {len(manifest['done'])} item(s) into {cache}\n")
     return 0
 
 
 def cmd_image(args: argparse.Namespace, stdout: TextIO) -> int:
+    from verl_e2e.run import launch  # noqa: PLC0415
+
     matrix = load_matrix(args.matrix)
     inputs = launch.image_inputs(request_from(args), matrix)
     if args.print_tag:
@@ -220,13 +227,15 @@ def cmd_image(args: argparse.Namespace, stdout: TextIO) -> int:
     if args.print_ref:
         stdout.write(pullable_ref(docker_client(), inputs.tag) + "\n")
         return 0
-    result = ensure_image(docker_client(), inputs, push=args.push, pull=not args.no_pull, say=sayer(stdout))
+    result = ensure_image(docker_client(), inputs, push=args.push, pull=not args.no_pull, say=launch.sayer(stdout))
     stdout.write(f"{result.tag} ({result.how}{', pushed' if result.pushed else ''})\n")
     return 0
 
 
 def finish(verdicts: list[Verdict], stdout: TextIO, table: bool = False) -> int:
     """Exit 0 when every cell passed or was skipped, 1 otherwise."""
+    from verl_e2e.judge.verdict import render_text as render_verdict  # noqa: PLC0415
+
     if table:
         stdout.write("\n" + "".join(f"{v.result:<8} {v.cell_id}  {v.headline}\n" for v in verdicts))
     else:
@@ -235,6 +244,8 @@ def finish(verdicts: list[Verdict], stdout: TextIO, table: bool = False) -> int:
 
 
 def cmd_run_cell(args: argparse.Namespace, stdout: TextIO) -> int:
+    from verl_e2e.run import launch  # noqa: PLC0415
+
     return finish([launch.run_one(request_from(args), load_matrix(args.matrix), stdout)], stdout)
 
 

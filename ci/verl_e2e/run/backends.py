@@ -20,11 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import docker
-import docker.errors
-import docker.types
-import requests
-
 from verl_e2e.errors import UsageError
 from verl_e2e.plan.cells import Cell
 from verl_e2e.resources import containers_dir
@@ -204,6 +199,10 @@ def docker_command(cell: Cell, opts: RunOptions) -> list[str]:
 def run_docker(  # noqa: PLR0917 - the backends share one call shape
     cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellation, client: Any, scratch: Path
 ) -> dict[str, Any]:
+    import docker.errors  # noqa: PLC0415 - only a docker run pays for the SDK (plan and local runs do not)
+    import docker.types  # noqa: PLC0415
+    import requests  # noqa: PLC0415 - the SDK's timeouts are requests' exceptions
+
     image = opts.image
     assert image is not None
     try:
@@ -372,6 +371,8 @@ def run_local(cell: Cell, opts: RunOptions, stream: Streamer, cancel: Cancellati
 
 
 def docker_client() -> Any:
+    import docker  # noqa: PLC0415 - only a docker run pays for the SDK
+
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
         client = docker.from_env(timeout=120)

@@ -20,8 +20,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import docker.errors
-
 from verl_e2e import __version__
 from verl_e2e.errors import UsageError, VerlE2EError
 from verl_e2e.resources import containers_dir
@@ -114,10 +112,17 @@ def build_context(inputs: ImageInputs) -> Iterator[Path]:
         yield ctx
 
 
+def _sdk_errors() -> Any:
+    """The docker SDK's exceptions, imported when an image is handled (not by every CLI command)."""
+    import docker.errors  # noqa: PLC0415
+
+    return docker.errors
+
+
 def _present(client: Any, tag: str) -> Any | None:
     try:
         return client.images.get(tag)
-    except docker.errors.ImageNotFound:
+    except _sdk_errors().ImageNotFound:
         return None
 
 
@@ -131,7 +136,7 @@ def pin_base(client: Any, base: str, *, pull: bool = True, say: Callable[[str], 
         return base
     try:
         found = client.images.get(base)
-    except docker.errors.ImageNotFound:
+    except _sdk_errors().ImageNotFound:
         found = client.images.pull(base) if pull else None
     digests = [d for d in (found.attrs.get("RepoDigests") or [] if found is not None else []) if DIGEST.search(d)]
     if not digests:
@@ -161,7 +166,7 @@ def ensure_image(
         try:
             image = client.images.pull(tag)
             return ImageResult(tag, image.id, "pulled")
-        except docker.errors.APIError as exc:
+        except _sdk_errors().APIError as exc:
             say(f"image {tag}: not in the registry ({exc.explanation or exc}); building")
     base = pin_base(client, inputs.base, pull=pull, say=say)
     say(f"image {tag}: building FROM {base} with verl {inputs.verl_commit[:12]}")
