@@ -59,15 +59,12 @@ PEFT_OVERRIDES = frozenset(
 # `provider_kwargs["x"] = v` is the same value on its way to the provider's construction (the HF config's
 # translation). Not `self.x = v` or `config.x = v`: a provider's own methods and finalisation helpers may
 # run after them.
-_SETS = re.compile(
-    r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|(\w+)=(?!=)[^\n]*[,(]\s*$"
-    r"|provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=))"
-)
+_ASSIGNS = (r"provider\.(\w+)\s*=(?!=)", r"(\w+)\s*:[^=\n]*=(?!=)", r"provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=)")
+_KWARG = r"(\w+)=(?!=)[^\n]*[,(]\s*$"
+_SETS = re.compile(r"^\s*(?:" + "|".join((*_ASSIGNS, _KWARG)) + ")")
 # without the keyword-argument form: in a function that builds no provider or config (a value-head hook's
 # `sequence_parallel=...` is the hook's own argument, which verl's override never reaches)
-_SETS_NO_KWARGS = re.compile(
-    r"^\s*(?:provider\.(\w+)\s*=(?!=)|(\w+)\s*:[^=\n]*=(?!=)|provider_kwargs\[[\"'](\w+)[\"']\]\s*=(?!=))"
-)
+_SETS_NO_KWARGS = re.compile(r"^\s*(?:" + "|".join(_ASSIGNS) + ")")
 _BUILDS_CONFIG = re.compile(r"(?i)provider|config|bridge")
 _MODELS = "src/megatron/bridge/models/"
 _PEFT = "src/megatron/bridge/peft/"
