@@ -212,3 +212,16 @@ def test_pipeline_split_options_and_a_mapping_s_split_kind_are_parallel_layout(m
             '+            return "row"', " "]  # fmt: skip
     levels = _plan(matrix, tmp_path, _hunk(mapping, "class AutoMapping:", 1500, kind), [f"M\t{mapping}"])
     assert "aspect:parallel-layout" in levels.get(2, set()), levels
+
+
+def test_how_a_mapping_detects_a_fused_layernorm_linear_is_parallel_layout(matrix: Matrix, tmp_path: Path) -> None:
+    """A TE linear with its layernorm fused holds column-split weights and replicated norm weights; a
+    test that no longer recognises it splits the norm weight too, which only TP > 1 notices (probes-17)."""
+    mapping = "src/megatron/bridge/models/conversion/param_mapping.py"
+    test = [
+        "-        is_layernorm_column_parallel = self._FUSED_LAYER_NORM_COLUMN_PARALLEL_SUBSTRING in module_type",
+        "+        is_layernorm_column_parallel = module_type.startswith(self._FUSED_LAYER_NORM_COLUMN_PARALLEL_SUBSTRING)",
+        "         if is_layernorm_column_parallel:",
+    ]
+    levels = _plan(matrix, tmp_path, _hunk(mapping, "class AutoMapping:", 1494, test), [f"M\t{mapping}"])
+    assert "aspect:parallel-layout" in levels.get(2, set()), levels

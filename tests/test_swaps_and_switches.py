@@ -69,6 +69,20 @@ def test_a_statement_that_builds_a_sequence_moved_is_a_swap() -> None:
 
 
 @pytest.mark.parametrize(
+    ("line", "swap"),
+    [
+        ('            resolved_hf_param["k"],', True),  # QKVMapping.resolve: k put after v, one line moved
+        ("            hf['up_proj'],", True),
+        ("            pre_trained,", False),  # a plain argument: the callee's contract, as above
+        ("            model=model,", False),  # a keyword argument goes where its name says
+        ('            resolved_hf_param["k"]', False),  # the last argument, no comma: nothing is known to follow
+    ],
+)
+def test_a_keyed_item_moved_among_a_calls_argument_lines_is_a_swap(line: str, swap: bool) -> None:
+    assert (permuted(ANY, [line], [line]) is not None) is swap
+
+
+@pytest.mark.parametrize(
     ("function", "level5"),
     [
         ("MegatronPeftBridge._split_qkv_linear_out_weight", True),  # every vLLM sync exports through it
@@ -126,3 +140,27 @@ def test_a_flipped_test_around_the_freeze_gets_level_5(matrix: Matrix, guarded: 
     assert (5 in plan.levels) is level5, plan.reasons
     if level5:
         assert any("block its changed condition decides on" in r.why for r in plan.reasons[5]), plan.reasons[5]
+
+
+WALK = "src/megatron/bridge/peft/walk_utils.py"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "level5"),
+    [
+        # the walker's leaf-only test decides whether the LoRA wrapper (which owns no parameters) is
+        # visited, so whether verl's reference pass turns the adapters off (probes-17)
+        (
+            "    if not leaf_only or list(module.parameters(recurse=False)):",
+            "    if leaf_only or list(module.parameters(recurse=False)):",
+            True,
+        ),
+        ("    prefix = kwargs.get('name', '')", "    prefix = kwargs.get('name') or ''", False),
+    ],
+)
+def test_the_walkers_leaf_only_test_switches_what_the_reference_sees(
+    matrix: Matrix, old: str, new: str, level5: bool
+) -> None:
+    plan = select(matrix, [_inside(WALK, "_map_module", (old, new))], surface=surface.shipped(), ran=runtime.shipped())
+    assert 0 in plan.levels, plan.reasons
+    assert (5 in plan.levels) is level5, plan.reasons

@@ -149,7 +149,8 @@ def test_a_helper_called_only_under_a_layout_condition_runs_where_that_holds(tmp
     [
         "from megatron.bridge.peft.utils import init_kaiming\n\nINIT = init_kaiming(2)\n",  # module code
         "from megatron.bridge.peft.utils import init_kaiming as k\n",  # an alias hides its uses
-        "def pick(m):\n    return getattr(m, 'init_kaiming')\n",  # looked up by name
+        # looked up by name, in a function module code calls (no cell ran it: its callers decide)
+        "def pick(m):\n    return getattr(m, 'init_kaiming')\n\n\nPICKED = pick(None)\n",
     ],
 )
 def test_any_other_mention_leaves_the_change_planned(tmp_path: Path, other: str) -> None:

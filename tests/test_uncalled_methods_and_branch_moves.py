@@ -96,11 +96,15 @@ def test_a_property_of_a_built_class_nothing_reads_runs_in_no_cell(tmp_path: Pat
     ("files", "ran", "why"),
     [
         (
-            {OTHER: "def f(m):\n    return m.etp_rank + 1\n"},
+            {OTHER: "def f(m):\n    return m.etp_rank + 1\n\n\nF = f(None)\n"},
             _ran(BUILT),
-            "read as an attribute in code no record covers",
+            "read as an attribute in a function no record covers, which module code calls",
         ),
-        ({OTHER: "def f(m):\n    return getattr(m, 'etp_rank')\n"}, _ran(BUILT), "looked up by name"),
+        (
+            {OTHER: "def f(m):\n    return getattr(m, 'etp_rank')\n\n\nF = f(None)\n"},
+            _ran(BUILT),
+            "looked up by name in the same",
+        ),
         ({}, _ran(BUILT | {"Mapping.etp_rank"}), "a recorded cell ran it"),
         ({}, _ran(BUILT, cells=2), "too few records built the class"),
     ],

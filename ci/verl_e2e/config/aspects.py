@@ -209,6 +209,9 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 _CHOICE = re.compile(r"\b(if|else|or|and)\b")
 # a statement that adds to a sequence: moved among its siblings, it reorders what the sequence holds
 _COLLECTS = re.compile(r"\.(append|extend|insert)\(|^\s*yield\b")
+# a call's positional argument on a line of its own that is an item of a container keyed by a string
+# (`hf["k"],`): moved, it trades places with a sibling item of the same container, one kind, often one shape
+_KEYED_ARGUMENT = re.compile(r"""^\s*[\w.]+\[\s*["'][\w.]+["']\s*\],\s*$""")
 
 
 def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
@@ -219,9 +222,10 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
     and neither is one on a line that chooses (`a if c else b`, `x or y`: which branch runs is for the
     layout and record rules, and a fallback order matters only where both exist) nor one of a call's
     arguments (`load(pre_trained, model)`, `cls(out, in)`: the callee's contract, which fails loudly
-    where the two differ in kind)."""
+    where the two differ in kind), bar a keyed item of one container moved among a call's argument lines
+    (`hf["k"],` put after `hf["v"],`: two items of one dict, which a QKV mapping takes in that order)."""
     for line in set(removed) & set(added):
-        if _COLLECTS.search(line) and pattern.search(line):
+        if (_COLLECTS.search(line) or _KEYED_ARGUMENT.match(line)) and pattern.search(line):
             return f"`{line.strip()}` moved"
     crossed = _across_branch(pattern, removed, added)
     if crossed is not None:

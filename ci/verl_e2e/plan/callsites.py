@@ -36,7 +36,17 @@ from verl_e2e.plan.unrun import MIN_LINE_RECORDS
 BRIDGE = "src/megatron/bridge/"
 Read = Callable[[str], bytes | None]  # a base file's bytes by path, None where absent
 _CHECKS = ("isinstance", "issubclass")
-MAX_MENTIONS = 40  # lines naming the definition beyond which it is left to the other rules (and fast)
+MAX_MENTIONS = 60  # lines naming the definition beyond which it is left to the other rules (and fast)
+MAX_DEPTH = 3  # functions no cell ran, one calling the next, followed before a change is left to the rules
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where the mentions are read: Bridge's repository at the base, and the names verl itself uses."""
+
+    repo: Path
+    rev: str
+    verl: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ class Caller:
     line: int
     function: str  # the function the mention sits in
     how: str  # "untaken": recorded cells ran the function, never this line; "gated": a gated function;
-    # "layout": the call runs only under the parallel-layout conditions of `branches` (the layout rules)
+    # "layout": the call runs only under the parallel-layout conditions of `branches` (the layout rules);
+    # "unreached": a function no cell ran, which nothing a cell reaches calls (the chain ends nowhere)
     branches: tuple[branches.Branch, ...] = ()
 
 
@@ -141,11 +152,12 @@ def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
 
 
 class _Reader:
-    def __init__(self, read: Read, ran: Sequence[Ran], gates: set[tuple[str, str]]) -> None:
-        self.read, self.ran, self.gates = read, ran, gates
+    def __init__(self, read: Read, ran: Sequence[Ran], gates: set[tuple[str, str]], where: _Where) -> None:
+        self.read, self.ran, self.gates, self.where = read, ran, gates, where
         self.methods: set[str] = set()  # names looked up as methods (see _uses)
         self.trees: dict[str, tuple[bytes, ast.Module] | None] = {}
         self.uses: dict[tuple[str, str], set[int]] = {}
+        self.active: list[str] = []  # the names whose callers are being looked up, outermost first
 
     def _tree(self, path: str) -> tuple[bytes, ast.Module] | None:
         if path not in self.trees:
@@ -154,9 +166,9 @@ class _Reader:
             self.trees[path] = None if source is None or tree is None else (source, tree)
         return self.trees[path]
 
-    def caller(self, path: str, line: int, name: str) -> Caller | bool | None:
-        """The caller a mention stands for; True where the mention cannot call; None where it may
-        run in a cell (or cannot be read)."""
+    def caller(self, path: str, line: int, name: str) -> list[Caller] | None:
+        """The callers a mention stands for ([] where the mention cannot call); None where it may run
+        in a cell (or cannot be read)."""
         found = self._tree(path)
         if found is None:
             return None
@@ -164,27 +176,63 @@ class _Reader:
         if (path, name) not in self.uses:
             self.uses[path, name] = _uses(tree, name, name in self.methods)
         if line not in self.uses[path, name]:
-            return True
+            return []
         inner = innermost(source, [line])
         function = inner[0] if inner else ""
         if (path, function.split(".", 1)[0]) in self.gates:
-            return Caller(path, line, function, "gated")
+            return [Caller(path, line, function, "gated")]
         stmt = _statement(tree, line)
         if not function or stmt is None:
             return None
+        ran_it = [r for r in self.ran if function in {q.replace(".<locals>", "") for q in r.functions.get(path, ())}]
+        if not ran_it:  # the function's own callers decide, whatever its lines' conditions
+            return self._through(path, line, function, name)
         under = branches.from_source(source, [line], True)
         if under:  # a layout condition: the change runs where it holds (Level 2's PP branch)
-            return Caller(path, line, function, "layout", tuple(under))
+            return [Caller(path, line, function, "layout", tuple(under))]
         if unrecorded_condition(tree, line):
             return None  # a kind (MTP, vision, ...) or state (a cache hit) condition: Level 4 or 5 may take it
         blob = blob_id(source)
-        ran_it = [r for r in self.ran if function in {q.replace(".<locals>", "") for q in r.functions.get(path, ())}]
         # records made before cells wrote their lines say only that the function ran; the many that
         # have lines (dense and MoE families, save and resume) decide, and none of them took the line
         lines = [ls for ls in (r.ran_lines(path, blob) for r in ran_it) if ls is not None]
         if len(lines) < MIN_LINE_RECORDS or any(ls & set(_header(stmt)) for ls in lines):
             return None
-        return Caller(path, line, function, "untaken")
+        return [Caller(path, line, function, "untaken")]
+
+    def _through(self, path: str, line: int, function: str, name: str) -> list[Caller] | None:
+        """The callers of a mention inside a function no recorded cell ran: those of that function in
+        turn (a helper called only from ModelOpt's export plan, itself called from an export verl never
+        makes). The mention runs only when its function does, so it is reached exactly where the
+        function's own callers are; a chain longer than MAX_DEPTH, or one verl names, may run."""
+        if name in self.methods and function.rsplit(".", 1)[-1] == name:
+            return []  # another definition of the method (an override's super() call): its callers are ours
+        target = _callable(self._tree(path), function)
+        if target is None or len(self.active) >= MAX_DEPTH:
+            return None
+        called, method, defined = target
+        if not self._unrun(path, ".".join(function.split(".")[: 2 if method else 1])):
+            return None
+        if called in self.where.verl:
+            return None
+        if called in self.active:
+            return []  # a cycle: reached only through the calls being looked up already
+        self.active.append(called)
+        if method:
+            self.methods.add(called)
+        try:
+            found = _calls(self.where, self, path, {called: defined})
+        finally:
+            self.active.pop()
+        if found is None or any(c.how == "layout" for c in found):
+            return None if found is None else list(found)  # a layout's callers carry their branches
+        return [Caller(path, line, function, "unreached"), *(c for c in found if c.how == "gated")]
+
+    def _unrun(self, path: str, unit: str) -> bool:
+        """No recorded cell ran anything of `unit` (a top-level function, or a method) in `path`, nor
+        imported the file: whether it runs is then its callers' question alone."""
+        done = {q.replace(".<locals>", "") for r in self.ran for q in r.functions.get(path, ())}
+        return not any(q == unit or q.startswith(f"{unit}.") for q in done)
 
 
 def _defined_at(tree: ast.Module, name: str) -> set[int]:
@@ -213,7 +261,8 @@ def callers(
         return None
     tops = {n.split(".", 1)[0] for n in names}
     done = {q.replace(".<locals>", "").split(".", 1)[0] for r in ran for q in r.functions.get(file.path, ())}
-    reader = _Reader(read, ran, gates)
+    where = _Where(repo, rev, frozenset(verl))
+    reader = _Reader(read, ran, gates, where)
     own = reader._tree(file.path)
     if own is None or len(tops) != 1:
         return None  # unreadable, or several definitions
@@ -222,22 +271,22 @@ def callers(
         if methods is None or set(methods) & verl:
             return None  # verl may call it itself
         reader.methods |= set(methods)
-        return _calls(repo, rev, reader, file.path, {m: _method_at(own[1], names[0], m) for m in methods})
+        return _calls(where, reader, file.path, {m: _method_at(own[1], names[0], m) for m in methods})
     if tops & verl:
         return None  # one verl names itself
     (top,) = tops
     defined = _defined_at(own[1], top)
     if not defined or len(defined) > 1:
         return None  # decorated (a registration may call it), defined twice, or not at the top level
-    return _calls(repo, rev, reader, file.path, {top: defined})
+    return _calls(where, reader, file.path, {top: defined})
 
 
-def _calls(repo: Path, rev: str, reader: _Reader, path: str, defs: dict[str, set[int]]) -> tuple[Caller, ...] | None:
+def _calls(where: _Where, reader: _Reader, path: str, defs: dict[str, set[int]]) -> tuple[Caller, ...] | None:
     """The callers behind every mention of each name in Bridge's sources, bar its own definition lines;
     None where a mention may run in a cell."""
     out: list[Caller] = []
     for name, defined in defs.items():
-        mentions = where_named(repo, rev, name)
+        mentions = where_named(where.repo, where.rev, name)
         if mentions is None or len(mentions) > MAX_MENTIONS:
             return None  # unreadable, or named so widely that some use surely runs
         for at, line in mentions:
@@ -246,14 +295,37 @@ def _calls(repo: Path, rev: str, reader: _Reader, path: str, defs: dict[str, set
             found = reader.caller(at, line, name)
             if found is None:
                 return None
-            if isinstance(found, Caller):
-                out.append(found)
+            out += found
     return tuple(out)
+
+
+def _callable(found: tuple[bytes, ast.Module] | None, function: str) -> tuple[str, bool, set[int]] | None:
+    """What must be called for `function` to run, by the name its callers use: its top-level function
+    (undecorated: a registration may call it), or its method of a class with plain bases (as
+    `_uncalled_methods`): (name, is a method, its definition's lines); None for anything else."""
+    if found is None:
+        return None
+    parts = function.split(".")
+    node = next((n for n in found[1].body if getattr(n, "name", None) == parts[0]), None)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None if node.decorator_list else (parts[0], False, {node.lineno})
+    if not isinstance(node, ast.ClassDef) or len(parts) < 2 or not all(_plain(b) for b in node.bases):
+        return None
+    defs = (f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef))
+    fn = next((f for f in defs if f.name == parts[1]), None)
+    if fn is None or fn.name.startswith("__"):
+        return None
+    if not all(isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS for d in fn.decorator_list):
+        return None
+    return fn.name, True, {fn.lineno, *(d.lineno for d in fn.decorator_list)}
 
 
 # bases whose methods nothing outside Bridge calls by protocol (torch calls a Module's forward, Megatron a
 # config's __post_init__, a checkpointer sharded_state_dict): a method of a class with other bases is left
 PLAIN_BASES = frozenset({"ABC", "Generic", "object", "Protocol"})
+# ... and a model bridge's: AutoBridge and the conversion code call its hooks by name (`megatron_to_hf_config`),
+# so one family cell that built the bridge and never ran the hook is enough for its mentions to decide
+BRIDGE_BASES = frozenset({"MegatronModelBridge"})
 _PLAIN_DECORATORS = frozenset({"property", "staticmethod", "classmethod"})
 
 
@@ -264,7 +336,8 @@ def _uncalled_methods(tree: ast.Module, path: str, names: Sequence[str], ran: Se
         return None
     cls = names[0].split(".", 1)[0]
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-    if node is None or not all(_plain(b) for b in node.bases):
+    bridge = node is not None and any(isinstance(b, ast.Name) and b.id in BRIDGE_BASES for b in node.bases)
+    if node is None or not (bridge or all(_plain(b) for b in node.bases)):
         return None
     methods = sorted({n.split(".", 1)[1] for n in names})
     defs = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
@@ -276,7 +349,7 @@ def _uncalled_methods(tree: ast.Module, path: str, names: Sequence[str], ran: Se
             return None
     seen = [{q.replace(".<locals>", "") for q in r.functions.get(path, ())} for r in ran]
     built = [q for q in seen if any(x.split(".", 1)[0] == cls for x in q)]
-    if len(built) < MIN_LINE_RECORDS or any(f"{cls}.{m}" in q for q in seen for m in methods):
+    if len(built) < (1 if bridge else MIN_LINE_RECORDS) or any(f"{cls}.{m}" in q for q in seen for m in methods):
         return None
     return methods
 

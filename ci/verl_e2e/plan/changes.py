@@ -62,7 +62,8 @@ class ChangedFile:
     # every changed line adds these new top-level functions or classes to an existing module (additions.py)
     new_definitions: tuple[str, ...] | None = None
     # every place Bridge calls the changed definition from, none of which a cell takes (callsites.py):
-    # (path, line, function, "untaken", "gated" or "layout"); None where one may run or it was not looked up
+    # (path, line, function, "untaken", "gated", "layout" or "unreached"); None where one may run or it was
+    # not looked up
     callers: tuple[tuple[str, int, str, str], ...] | None = None
     # the layout branches those calls sit under (how "layout"): where the change runs, for the layout rules
     caller_branches: tuple[Branch, ...] = ()

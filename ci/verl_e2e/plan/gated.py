@@ -101,6 +101,13 @@ def _set_by_a_level(matrix: Matrix, gate: Gate) -> bool:
     return any(all(re.search(n, text) for n in gate.needs) for text in _settings(matrix))
 
 
+_UNGATED = {
+    "untaken": "lines the recorded cells ran around, never took",
+    "unreached": "code no recorded cell ran, called from nothing a cell reaches",
+    "gated": "a gated function",
+}
+
+
 def uncalled(matrix: Matrix, file: ChangedFile) -> str | None:
     """Why no cell runs a change whose definition Bridge calls only where no cell goes (callsites.py):
     on lines recorded cells ran around and never took, or inside a gated function no level opens."""
@@ -112,7 +119,7 @@ def uncalled(matrix: Matrix, file: ChangedFile) -> str | None:
         gate = gates.get((path, function.split(".", 1)[0]))
         if how == "gated" and (gate is None or _set_by_a_level(matrix, gate)):
             return None
-        why = f"only under {gate.setting}" if gate is not None else "lines the recorded cells ran around, never took"
+        why = f"only under {gate.setting}" if gate is not None else _UNGATED[how]
         lines.setdefault((function, path.rsplit("/", 1)[-1], why), []).append(str(line))
     shown = [f"{fn} ({name}:{', '.join(at)}: {why})" for (fn, name, why), at in lines.items()]
     named = sorted(set(file.functions or ()))
