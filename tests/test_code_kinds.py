@@ -190,6 +190,59 @@ def test_a_method_of_a_config_class_no_cell_builds_selects_nothing(matrix: Matri
     assert built.levels == (0,)
 
 
+CONTAINER_DIFF = "\n".join(
+    [
+        "diff --git a/src/megatron/bridge/training/config.py b/src/megatron/bridge/training/config.py",
+        "--- a/src/megatron/bridge/training/config.py",
+        "+++ b/src/megatron/bridge/training/config.py",
+        "@@ -1551,11 +1551,6 @@ class ConfigContainer(Container):",
+        '                 "Megatron-FSDP requires the distributed optimizer."',
+        "             )",
+        " ",
+        "-        if self.ddp.gradient_accumulation_fusion:",
+        "-            raise ValueError(",
+        '-                "gradient_accumulation_fusion is not supported with this setting."',
+        "-            )",
+        "-",
+        "         if self.optimizer.use_precision_aware_optimizer:",
+        "             assert self.ddp.use_distributed_optimizer",
+        " ",
+        "",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("ran", "unbuilt"),
+    [
+        ({"ConfigContainer", "DistributedDataParallelConfig.finalize"}, True),
+        ({"ConfigContainer", "ConfigContainer.validate"}, False),  # a cell built it: any method may be this one
+    ],
+)
+def test_a_diff_inside_an_unnamed_method_of_a_config_class_no_cell_builds_selects_nothing(
+    matrix: Matrix, ran: set[str], unbuilt: bool
+) -> None:
+    """From a diff alone git's hunk header names the class, not the method (a long `validate`); the lines
+    sit in one of its methods, and no recorded cell ran any method of ConfigContainer (dev PR #1551's kind)."""
+    (file,) = with_diff([ChangedFile(CONFIG)], parse_unified_diff(CONTAINER_DIFF))
+    assert file.functions is None and file.unnamed_methods == ("ConfigContainer",)
+    sel = select(matrix, [file], ran=[_record(*ran)])
+    assert (sel.levels == ()) is unbuilt, sel.reasons
+    if unbuilt:
+        assert "none builds ConfigContainer" in sel.off_surface[CONFIG]
+
+
+def test_a_def_the_hunk_names_that_a_cell_ran_keeps_a_diff_planned(matrix: Matrix) -> None:
+    """A `finalize` the hunk shows may be the DDP config's, which every cell built and ran."""
+    named = CONTAINER_DIFF.replace(" \n-        if", " \n     def finalize(self):\n-        if")
+    (file,) = with_diff(
+        [ChangedFile(CONFIG)], parse_unified_diff(named.replace("-1551,11 +1551,6", "-1551,12 +1551,7"))
+    )
+    assert "finalize" in file.scopes
+    sel = select(matrix, [file], ran=[_record("ConfigContainer", "DistributedDataParallelConfig.finalize")])
+    assert sel.levels, sel.reasons
+
+
 def test_a_helper_class_no_cell_built_is_not_judged_unbuilt(matrix: Matrix) -> None:
     """A class only some layout builds (TP > 1) has no recorded method either: it is not a config class."""
     file = ChangedFile(CONFIG, diff_lines=("        return x",), module_level=False, functions=("TPGatherer.gather",))

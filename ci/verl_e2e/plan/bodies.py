@@ -90,15 +90,42 @@ def unbuilt(file: ChangedFile, ignored: bool, ran: Sequence[Ran]) -> str | None:
     )
 
 
+_CONFIGS = ("Config", "ConfigContainer")
+
+
+def _unnamed_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> set[str] | None:
+    """From a diff alone (methods.py): the classes whose unnamed methods every changed line sits in,
+    when the change touches no class body and every def a hunk names is one no recorded cell ran in
+    this file under any class (a `finalize` some config built by a cell has may be the one)."""
+    if file.diff_lines is None or not file.unnamed_methods:
+        return None
+    classes = set(file.unnamed_methods)
+    if not classes <= set(file.methods_only):
+        return None  # a field or class line changed too: bodies.owners decides that
+    recorded = {q for r in ran for p in file.paths for q in r.functions.get(p, ())}
+    named = {s for s in file.scopes if s not in classes}
+    if any(q == n or q.endswith(f".{n}") for q in recorded for n in named):
+        return None
+    return classes
+
+
 def _unbuilt_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> str | None:
     """The same for a change inside methods of config classes (`...Config`) none of the recorded cells
     built (none ran one of their methods): Bridge's own training-loop settings, which verl imports with
-    the module and never constructs. Only with exact scopes (`plan --repo`), and only for config classes:
+    the module and never constructs. With exact scopes (`plan --repo`), or from a diff where git's hunk
+    header names the class and the lines sit in its methods (`_unnamed_config_methods`); only for config classes:
     a helper class some layout builds (TP > 1) has no recorded method either, yet runs there."""
-    if file.module_level or not file.functions or file.path.startswith(MODELS):
+    if file.module_level or file.path.startswith(MODELS):
         return None
-    classes = {f.split(".", 1)[0] for f in file.functions}
-    if any("." not in f for f in file.functions) or not all(c.endswith("Config") for c in classes):
+    if not file.functions:
+        classes = _unnamed_config_methods(file, ran)
+        if classes is None:
+            return None
+    elif any("." not in f for f in file.functions):
+        return None
+    else:
+        classes = {f.split(".", 1)[0] for f in file.functions}
+    if not classes or not all(c.endswith(_CONFIGS) for c in classes):
         return None
     recorded = {q for r in ran for p in file.paths for q in r.functions.get(p, ())}
     if not recorded or any(q.startswith(f"{c}.") for c in classes for q in recorded):
