@@ -253,3 +253,26 @@ def test_a_bridge_hook_only_an_unused_constructor_calls_runs_in_no_cell(
     ]
     change = replace(_hook_change(), callers=tuple((c.path, c.line, c.function, c.how) for c in found))
     assert select(matrix, [change]).levels == ()
+
+
+def test_the_bridge_bases_own_hook_is_judged_as_its_overrides_are(tmp_path: Path, matrix: Matrix) -> None:
+    """The base's `to_hf_config` (every cell built MegatronModelBridge, none ran the hook) is reached only
+    through AutoBridge.from_auto, as the families' overrides are (probes-18: the bf16 dtype it writes)."""
+    files = {MODEL_BRIDGE: BASE_SRC, FAMILY: FAMILY_SRC, OTHER_FAMILY: OTHER_SRC, AUTO: AUTO_HOOK_SRC}
+    repo = _repo(tmp_path, files)
+    ran = _cells(
+        {
+            MODEL_BRIDGE: (BASE_SRC, {"MegatronModelBridge", "MegatronModelBridge.provider_bridge"}, {1, 2, 6, 7}),
+            AUTO: (AUTO_HOOK_SRC, {"AutoBridge", "AutoBridge.to_provider"}, {1, 2, 6, 7}),
+        }
+    )
+    change = ChangedFile(
+        MODEL_BRIDGE,
+        diff_lines=('-        return {"hidden": provider.hidden}', '+        return {"hidden": provider.ffn}'),
+        module_level=False,
+        functions=("MegatronModelBridge.to_hf_config",),
+    )
+    found = _callers(repo, change, ran)
+    assert isinstance(found, tuple) and [(c.function, c.how) for c in found] == [("AutoBridge.from_auto", "unreached")]
+    listed = replace(change, callers=tuple((c.path, c.line, c.function, c.how) for c in found))
+    assert select(matrix, [listed]).levels == ()

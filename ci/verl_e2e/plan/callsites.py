@@ -336,7 +336,9 @@ def _uncalled_methods(tree: ast.Module, path: str, names: Sequence[str], ran: Se
         return None
     cls = names[0].split(".", 1)[0]
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-    bridge = node is not None and any(isinstance(b, ast.Name) and b.id in BRIDGE_BASES for b in node.bases)
+    bridge = cls in BRIDGE_BASES or (
+        node is not None and any(isinstance(b, ast.Name) and b.id in BRIDGE_BASES for b in node.bases)
+    )
     if node is None or not (bridge or all(_plain(b) for b in node.bases)):
         return None
     methods = sorted({n.split(".", 1)[1] for n in names})

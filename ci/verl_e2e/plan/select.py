@@ -132,7 +132,10 @@ class _Scan:
             return False
         added = () if file.status == "A" else file.diff_lines[len(file.diff_lines) - len(file.added_at) :]
         removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
-        hits = find(self.matrix.aspects, file.path, file.diff_lines, file.scopes, added, removed=removed)
+        # the fields whose values the change edits name what it touches as its defs do (a multi-line table's
+        # row: `"RMSNorm",` moved within `_MODULE_TYPE_REGISTRY`)
+        scopes = (*file.scopes, *dict.fromkeys(d.name for d in file.defaults if d.name not in file.scopes))
+        hits = find(self.matrix.aspects, file.path, file.diff_lines, scopes, added, removed=removed)
         hits += _switched(self.matrix, file, seen := {h.aspect.name for h in hits}) + _flowed(self.matrix, file, seen)
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
@@ -275,8 +278,9 @@ def _switched(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
     """Level 5 aspects of the blocks a changed `if`/`while` test decides on (conditions.py)."""
     if not file.guarded:
         return []
-    # a weight-layout line under a changed test is as good as rewritten: it now runs for other tensors
-    numerics = [a for a in matrix.aspects if 5 in a.levels and a.lines in ("all", "rewritten") and a.name not in seen]
+    # a weight-layout line under a changed test is as good as rewritten: it now runs for other tensors; an
+    # option set there (`provider_kwargs["rotary_base"] = ...`) is as good as set: it is now set or not
+    numerics = [a for a in matrix.aspects if 5 in a.levels and a.lines != "permuted" and a.name not in seen]
     hits = find(numerics, file.path, file.guarded, (), file.guarded)
     return [replace(h, where="block its changed condition decides on") for h in hits]
 

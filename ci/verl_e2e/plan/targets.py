@@ -104,7 +104,9 @@ class Targets:
         found = {f.name: f for a in file.serves if (f := self.matrix.family_for_architecture(a)) is not None}
         if not found or self.matrix.defaults.family in found:
             return None
-        return min(found, key=lambda n: (len(active_flags(found[n])), n))  # a plain dense model first
+        # a family that can run in verl first (a Level 0 cell of one that cannot plans nothing), then a
+        # plain dense model
+        return min(found, key=lambda n: (found[n].blocked("all") is not None, len(active_flags(found[n])), n))
 
     def no_family(self, path: str, file: ChangedFile, levels: Iterable[int]) -> None:
         for arch in file.architectures or ():

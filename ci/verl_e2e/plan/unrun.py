@@ -80,7 +80,28 @@ def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
     done = {
         q.replace(".<locals>", "") for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())
     }
-    return all(n in done or _around_ran(n, done) for n in file.functions)
+    return all(n in done or _around_ran(n, done) for n in file.functions) or _hooks_ran_at(level, file, ran)
+
+
+def _hooks_ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
+    """A family's bridge hooks (`XBridge.mapping_registry`) whose namesakes in at least MIN_LINE_RECORDS
+    other families' bridges ran in cells of `level`: the conversion code calls every family's hook the
+    same way, so a family no cell recorded runs its own there too (its mappings at each weight sync)."""
+    if family_dir(file.path) in (None, *SHARED_DIRS) or not file.functions:
+        return False
+    if any(n.count(".") != 1 or not n.split(".", 1)[0].endswith("Bridge") for n in file.functions):
+        return False
+    for method in {n.split(".", 1)[1] for n in file.functions}:
+        files = {
+            p
+            for r in ran
+            if r.level == level
+            for p, names in r.functions.items()
+            if p not in file.paths and any(q.endswith(f"Bridge.{method}") for q in names)
+        }
+        if len(files) < MIN_LINE_RECORDS:
+            return False
+    return True
 
 
 def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], fams: Targets) -> list[str] | None:
