@@ -121,7 +121,7 @@ def _cells(families: int, method: str = "mapping_registry") -> list[Ran]:
 def test_a_family_hook_runs_where_its_namesakes_in_other_families_ran(
     functions: tuple[str, ...], cells: int, ran: bool
 ) -> None:
-    change = ChangedFile(FAMILY, diff_lines=("-    x", "+    y"), module_level=False, functions=functions)
+    change = ChangedFile(FAMILY, diff_lines=("    x", "    y"), module_level=False, functions=functions, added_at=(9,))
     assert unrun.ran_at(0, change, _cells(cells)) is ran
 
 
@@ -132,9 +132,10 @@ def test_an_unrecorded_familys_mapping_change_gets_no_save_level(matrix: Matrix)
     change = ChangedFile(
         path,
         diff_lines=(
-            '-            "mtp.layers.*.eh_proj.weight": "model.mtp.layers.*.eh_proj.weight",',
-            '+            "mtp.layers.*.eh_proj.weight": "model.layers.*.eh_proj.weight",',
+            '            "mtp.layers.*.eh_proj.weight": "model.mtp.layers.*.eh_proj.weight",',
+            '            "mtp.layers.*.eh_proj.weight": "model.layers.*.eh_proj.weight",',
         ),
+        added_at=(120,),
         scopes=("mapping_registry",),
         module_level=False,
         functions=("BailingMoeV2Bridge.mapping_registry",),
@@ -158,10 +159,44 @@ def test_the_field_a_change_edits_names_what_it_touches(matrix: Matrix, field: s
     replicated hand over the same norm weight at TP = 1; at TP = 2 the load asserts."""
     change = ChangedFile(
         MAPPING,
-        diff_lines=('-            "RMSNorm",', '+            "RMSNorm",'),
+        diff_lines=('            "RMSNorm",', '            "RMSNorm",'),
+        added_at=(1402,),
         scopes=("AutoMapping",),
         module_level=False,
         functions=("AutoMapping",),
         defaults=(ChangedDefault(MAPPING, 1399, "AutoMapping", field, "{...}", "{...}"),),
+    )
+    assert (2 in _levels(matrix, change)) is level2
+
+
+PEFT_UTILS = "src/megatron/bridge/peft/utils.py"
+
+
+@pytest.mark.parametrize(
+    ("function", "removed", "added", "level2"),
+    [
+        # the build-time sync of a shared expert adapter across EP ranks dropped (probes-10)
+        ("ParallelLinearAdapter.__init__", ("            self._synchronize_shared_expert_parameters()",), (), True),
+        # its backward hook left on LoRA A only (probes-17): the changed line names no expert
+        (
+            "ParallelLinearAdapter._register_shared_expert_grad_sync_hooks",
+            ("        for module in (self.linear_in, self.linear_out):",),
+            ("        for module in (self.linear_in,):",),
+            True,
+        ),
+        ("ParallelLinearAdapter.__init__", ("            self.half()",), (), False),
+    ],
+)
+def test_keeping_a_shared_expert_adapter_one_across_ep_ranks_is_expert_parallel(
+    matrix: Matrix, function: str, removed: tuple[str, ...], added: tuple[str, ...], level2: bool
+) -> None:
+    change = ChangedFile(
+        PEFT_UTILS,
+        diff_lines=(*removed, *added),
+        scopes=tuple(function.split(".")),
+        module_level=False,
+        functions=(function,),
+        added_at=tuple(range(1346, 1346 + len(added))),
+        base_lines=(1346,),
     )
     assert (2 in _levels(matrix, change)) is level2

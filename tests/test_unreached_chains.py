@@ -91,7 +91,8 @@ def _cells(files: dict[str, tuple[str, set[str], set[int]]], cells: int = 3) -> 
 def _lookup_change() -> ChangedFile:
     return ChangedFile(
         REGISTRY,
-        diff_lines=("-            if m.hf == name:", "+            if m.hf in name:"),
+        diff_lines=("            if m.hf == name:", "            if m.hf in name:"),
+        added_at=(10,),
         module_level=False,
         functions=("Registry.hf_lookup",),
     )
@@ -220,7 +221,8 @@ class AutoBridge:
 def _hook_change() -> ChangedFile:
     return ChangedFile(
         FAMILY,
-        diff_lines=('-        cfg["layers"] = provider.layers', '+        cfg["layers"] = provider.mtp_layers'),
+        diff_lines=('        cfg["layers"] = provider.layers', '        cfg["layers"] = provider.mtp_layers'),
+        added_at=(9,),
         module_level=False,
         functions=("FamBridge.to_hf_config",),
     )
@@ -268,7 +270,8 @@ def test_the_bridge_bases_own_hook_is_judged_as_its_overrides_are(tmp_path: Path
     )
     change = ChangedFile(
         MODEL_BRIDGE,
-        diff_lines=('-        return {"hidden": provider.hidden}', '+        return {"hidden": provider.ffn}'),
+        diff_lines=('        return {"hidden": provider.hidden}', '        return {"hidden": provider.ffn}'),
+        added_at=(4,),
         module_level=False,
         functions=("MegatronModelBridge.to_hf_config",),
     )

@@ -29,10 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from verl_e2e.config.matrix import load_matrix
 from verl_e2e.plan.build import PlanRequest, make_plan
@@ -61,7 +61,11 @@ def plan(row: dict[str, Any], args: argparse.Namespace, tmp: Path) -> tuple[dict
         return None, took, (proc.stderr or proc.stdout).strip()[-200:]
 
 
-def pct(values: list[int], q: float) -> int:
+T = TypeVar("T", int, float)
+
+
+def pct(values: Sequence[T], q: float) -> T | int:
+    """The value at quantile `q` of `values` (nearest rank, from below), 0 for none."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0
 
@@ -132,8 +136,8 @@ def run_probes(args: argparse.Namespace) -> int:
             )
     total = [sum(r[i] for r in kinds.values()) for i in range(4)]
     print(f"{'kind':<18} probes missed over-ran wasted-cost")
-    for kind, (n, miss, over, cost) in [*sorted(kinds.items()), ("all", total)]:
-        print(f"{kind:<18} {n:>6} {miss:>6} {over:>8} {cost:>11}")
+    for kind, (n, miss, overran, cost) in [*sorted(kinds.items()), ("all", total)]:
+        print(f"{kind:<18} {n:>6} {miss:>6} {overran:>8} {cost:>11}")
     print("\n".join(notes))
     return 0
 
@@ -183,7 +187,7 @@ def main() -> int:
         f"mode={mode} prs={len(rows)} must-recall={hit / must:.3f} ({hit}/{must}) run-recall={run_hit / must:.3f} "
         f"waste={waste / cost if cost else 0:.2f} of cost errors={errors} | GPU-minutes per PR "
         f"p50={pct(minutes, 0.5)} p90={pct(minutes, 0.9)} max={max(minutes, default=0)} | "
-        f"plan median {statistics.median(times):.2f} s"
+        f"plan median {statistics.median(times):.2f} s, p95 {pct(times, 0.95):.2f} s, max {max(times, default=0):.2f} s"
     )
     if args.show:
         print("\n".join(notes))
