@@ -128,6 +128,13 @@ def test_an_errors_message_is_text_and_its_type_and_condition_are_code() -> None
     assert not log_only_change(old, old.replace(b"if not w:", b"if w is None:"))
 
 
+def test_an_asserts_message_is_text_and_its_test_is_code() -> None:
+    old = b'def f(m, k):\n    assert m is not None, (\n        f"Expected mapping for {k} but none found"\n    )\n    return m\n'
+    assert log_only_change(old, old.replace(b"Expected mapping for {k} but none found", b"No mapping for {k}"))
+    assert not log_only_change(old, old.replace(b"m is not None", b"m is None"))
+    assert not log_only_change(old, old.replace(b'f"Expected', b'k or f"Expected'))  # the message computes
+
+
 EXPORT = "src/megatron/bridge/models/conversion/model_bridge.py"
 
 

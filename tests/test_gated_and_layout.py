@@ -133,3 +133,68 @@ def test_fsdp_checkpoint_helpers_run_only_where_one_cell_saves_under_megatron_fs
     saving = replace(fsdp, env={**fsdp.env, "SAVE_FREQ": "1"})
     wider = replace(matrix, levels={**matrix.levels, 3: replace(level3, variants=(saving,))})
     assert 3 in select(wider, [change], surface=surface.shipped(), ran=runtime.shipped()).levels
+
+
+DORA = "src/megatron/bridge/peft/dora.py"
+
+
+def test_a_peft_type_verl_never_names_runs_no_cell_until_a_level_names_it(matrix: Matrix) -> None:
+    """verl's LoRA config says `type: lora`: Bridge builds DoRA (a whole class) only when a user picks it."""
+    change = _inside(DORA, "DoRA.transform", "                alpha=self.alpha,", "                alpha=self.dim,")
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert plan.levels == (), plan.levels
+    assert "lora.type=dora" in " ".join(plan.unexecuted)
+    level0 = matrix.levels[0]
+    opened = replace(level0, args=(*level0.args, "actor_rollout_ref.model.lora.type=dora"))
+    plan = select(replace(matrix, levels={**matrix.levels, 0: opened}), [change], ran=runtime.shipped())
+    assert 0 in plan.levels, plan.levels
+
+
+MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
+RECEIVE = b"""class QKVMapping:
+    def megatron_to_hf(self, megatron_weights, megatron_module):
+        if megatron_module is None:
+            config = self.broadcast_obj_from_pp_rank(None, "qkv_config")
+        else:
+            config = self._get_config(megatron_module)
+        return config
+"""
+
+
+def test_a_conversion_tasks_missing_module_is_another_pipeline_stage(matrix: Matrix) -> None:
+    """A stage that does not own a weight gets `megatron_module=None` and joins its owner's broadcast: at
+    PP = 1 one stage owns every module, so the receiving branch runs only at PP > 1 (Level 2)."""
+    from verl_e2e.plan import branches, layout
+
+    (branch,) = branches.from_source(RECEIVE, [4], True)
+    assert [c.test for c in branch.conditions] == ["megatron_module is None"]
+    change = replace(
+        _inside(MAPPING, "QKVMapping.megatron_to_hf", "            config = self.x(None)", "            config = None"),
+        branches=(branch,),
+    )
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 2 in plan.levels, plan.levels
+    test = layout.parse("megatron_module is None")
+    assert test is not None
+    assert not layout.can_hold(test, True, layout.Layout(pp=1)) and layout.can_hold(test, False, layout.Layout(pp=1))
+    assert layout.can_hold(test, True, layout.Layout(pp=2))  # the owner's side runs everywhere
+
+
+PEFT_UTILS = "src/megatron/bridge/peft/utils.py"
+
+
+@pytest.mark.parametrize(
+    ("guarded", "level2"),
+    [(("            self.disable_sequence_parallel_comm = True",), True), (("            self.half()",), False)],
+)
+def test_a_layout_flag_set_in_the_block_a_rewritten_test_decides_on_is_parallel_layout(
+    matrix: Matrix, guarded: tuple[str, ...], level2: bool
+) -> None:
+    """`if not base_linear_is_parallel:` turned around: its block turns off the adapter's sequence-parallel
+    scatter, which only TP > 1 with sequence parallel notices (probes-19)."""
+    change = replace(
+        _inside(PEFT_UTILS, "ParallelLinearAdapter.__init__", "        if not parallel:", "        if parallel:"),
+        guarded=guarded,
+    )
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert (2 in plan.levels) is level2, plan.levels

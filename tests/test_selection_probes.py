@@ -47,6 +47,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-16.json", 2, 4),
         ("probes-17.json", 0, 7),
         ("probes-18.json", 0, 3),
+        ("probes-19.json", 2, 5),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:

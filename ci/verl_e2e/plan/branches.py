@@ -21,7 +21,7 @@ from verl_e2e.plan import layout, pyparse
 
 VOCABULARY = re.compile(
     r"(?i)(parallel|tp_|pp_|cp_|ep_|_tp|_pp|_cp|_ep|vp_|stage|pre_process|post_process|fsdp|dtensor|moe_|expert|recompute_|p2p_comm"
-    r"|variable_seq|\.(tp|pp|cp|ep)\b)"
+    r"|variable_seq|\.(tp|pp|cp|ep)\b|megatron_module\b)"
 )
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 

@@ -7,6 +7,8 @@ as a post-creation hook when `moe_config.freeze_moe_router` is set in the model'
 its checkpoint manager saves and loads through `save_fsdp_dtensor_checkpoint` /
 `load_fsdp_dtensor_checkpoint` (and their `preprocess_fsdp_dtensor_state_dict`) only when a checkpoint
 is written or resumed with Megatron-FSDP on (`verl/utils/checkpoint/megatron_checkpoint_manager.py`).
+Bridge builds a PEFT type other than LoRA (DoRA, canonical LoRA, VLM LoRA: a whole class) only when verl's
+LoRA config names it.
 Every cell trains fresh adapters with the router left to PEFT, and the one level that saves does so
 under DDP, so a change only inside these functions runs in no cell: the plan names the lines and the
 setting rather than running Level 0, which imports the module and never calls them. Where a level's
@@ -43,6 +45,12 @@ _FSDP_WHERE = (
 )
 
 
+_PEFT_WHERE = (
+    "verl/workers/config/megatron_peft.py get_peft_cls -> Bridge's create_peft, when the model's LoRA config "
+    "names that type"
+)
+
+
 GATES = (
     Gate(
         "src/megatron/bridge/training/utils/train_utils.py",
@@ -56,6 +64,16 @@ GATES = (
         "load_peft_adapter_checkpoint",
         "lora.adapter_path",
         "verl/utils/megatron_utils.py make_megatron_module, when the LoRA config names an adapter_path",
+    ),
+    # PEFT types other than LoRA: Bridge builds the class `create_peft` names (`peft/utils.py`
+    # `_import_peft_class`), and verl's LoRA config says `type: lora` unless a user picks another
+    *(
+        Gate(path, cls, f"lora.type={kind}", _PEFT_WHERE)
+        for path, cls, kind in (
+            ("src/megatron/bridge/peft/dora.py", "DoRA", "dora"),
+            ("src/megatron/bridge/peft/canonical_lora.py", "CanonicalLoRA", "canonical_lora"),
+            ("src/megatron/bridge/peft/lora.py", "VLMLoRA", "vlm_lora"),
+        )
     ),
     *(
         Gate(_FSDP_CKPT, name, "USE_MEGATRON_FSDP with SAVE_FREQ or RESUME_MODE", _FSDP_WHERE, _FSDP_NEEDS)
@@ -75,11 +93,13 @@ def closed(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> str | None:
     if not names or file.module_level:
         return None
     gates = {g.function: g for g in GATES if g.path == file.path}
-    if not all(n in gates for n in names) or any(_set_by_a_level(matrix, gates[n]) for n in names):
+    # a gated function, or a method of a gated class (`DoRA.transform`)
+    found = {n: gates.get(n) or gates.get(n.split(".", 1)[0]) for n in names}
+    if any(g is None for g in found.values()) or any(_set_by_a_level(matrix, g) for g in found.values() if g):
         return None
     if any(n in r.functions.get(file.path, ()) for r in ran for n in names):
         return None  # a recorded cell ran it after all: what ran decides
-    said = "; ".join(f"{n} is called only from {gates[n].where}" for n in sorted(set(names)))
+    said = "; ".join(f"{n} is called only from {g.where} ({g.setting})" for n, g in sorted(found.items()) if g)
     return f"{said}, which no level sets, so no cell runs the change"
 
 

@@ -70,6 +70,7 @@ VERL_SETS: dict[str, Any] = {
     "recompute_granularity": None,
 }
 MAX_COMBINATIONS = 64
+OWNED = "module"  # the value of a conversion task's `megatron_module` on the stage that owns it
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ def dimension(name: str) -> tuple[str, str] | None:
             return dim, "rank"
     if name in _STAGES:
         return "pp", "stage"
+    if name == "megatron_module":
+        return "pp", "module"  # a conversion task's module, None on the pipeline stages that do not own it
     if name == "sequence_parallel":
         return "sp", "flag"
     if name.removeprefix("disable_").removesuffix("_comm") == "sequence_parallel" and name.startswith("disable_"):
@@ -149,6 +152,8 @@ def _lookup(dim: str, what: str, layout: Layout) -> Values:
         return frozenset({size})
     if what == "rank":
         return frozenset(range(size or 1))
+    if what == "module":  # one stage owns every module at PP = 1 (a task without one is no cell's weight)
+        return frozenset({OWNED}) if layout.pp == 1 else frozenset({OWNED, None})
     return frozenset({True}) if layout.pp == 1 else BOTH  # a pipeline stage flag
 
 

@@ -1,6 +1,6 @@
 """Changes no cell can tell apart: only log messages (their calls, levels or text, and text shown by
 name: a progress bar's `description`, a `message`, the text given to a progress call, or the message of
-an error raised: its type and the condition that raises it stay compared).
+an error raised or of an assert: its type and the condition that raises it stay compared).
 
 A reworded warning or a log call moved to debug level changes what a person reads, not what a cell
 builds, trains or saves, so it selects no level (it is reported, with the reason). With both sides
@@ -66,6 +66,8 @@ def _blank_shown(node: ast.AST) -> None:
         node.args = [ast.Constant("") if _shown_text(a) else a for a in node.args]
     if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):  # an error's message, not its type
         node.exc.args = [ast.Constant("") if _shown_text(a) else a for a in node.exc.args]
+    if isinstance(node, ast.Assert) and node.msg is not None and _shown_text(node.msg):  # not its test
+        node.msg = ast.Constant("")
     if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
         if _SHOWN.match(node.targets[0].id) and _shown_text(node.value):
             node.value = ast.Constant("")

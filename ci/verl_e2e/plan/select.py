@@ -275,12 +275,15 @@ def _retests(matrix: Matrix, scan: _Scan, file: ChangedFile) -> bool:
 
 
 def _switched(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
-    """Level 5 aspects of the blocks a changed `if`/`while` test decides on (conditions.py)."""
+    """Level 5 and parallel-layout aspects of the blocks a changed `if`/`while` test decides on
+    (conditions.py): what the block computes, or the layout flag it sets (`disable_sequence_parallel_comm
+    = True` under a turned-around `base_linear_is_parallel` test matters only under sequence parallel)."""
     if not file.guarded:
         return []
     # a weight-layout line under a changed test is as good as rewritten: it now runs for other tensors; an
     # option set there (`provider_kwargs["rotary_base"] = ...`) is as good as set: it is now set or not
-    numerics = [a for a in matrix.aspects if 5 in a.levels and a.lines != "permuted" and a.name not in seen]
+    wanted = {5, 2}
+    numerics = [a for a in matrix.aspects if a.levels & wanted and a.lines != "permuted" and a.name not in seen]
     hits = find(numerics, file.path, file.guarded, (), file.guarded)
     return [replace(h, where="block its changed condition decides on") for h in hits]
 
