@@ -21,23 +21,11 @@ from verl_e2e.plan.runtime import Ran
 from verl_e2e.plan.select import select
 from verl_e2e.plan.targets import Targets
 
+from .test_swaps_and_switches import _inside
+
 MODEL_BRIDGE = "src/megatron/bridge/models/conversion/model_bridge.py"
 LOGIT = "src/megatron/bridge/models/logit_dtype.py"
 MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
-
-
-def _inside(path: str, function: str, lines: tuple[str, ...], guarded: tuple[str, ...] = ()) -> ChangedFile:
-    """A rewrite inside `function`, as `plan --repo` reads it (exact scopes from both ASTs)."""
-    return ChangedFile(
-        path,
-        diff_lines=lines,
-        scopes=(function.rsplit(".", 1)[-1],),
-        module_level=False,
-        functions=(function,),
-        added_at=(580,),
-        base_lines=(580,),
-        guarded=guarded,
-    )
 
 
 def _levels(matrix: Matrix, change: ChangedFile) -> tuple[int, ...]:
