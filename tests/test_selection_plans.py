@@ -128,9 +128,11 @@ def _sync_adapters(model):
         module.reset()
 
 
-def create_adapters(model):
+def create_peft(model):
     _sync_adapters(model)
 """
+# (`create_peft` is what verl calls by name: the changed helper is reached through it; a helper only a
+# function nothing calls reaches would run in no cell, callsites.py)
 
 PEFT_AFTER = PEFT_BEFORE.replace(
     "        module.reset()",
