@@ -46,3 +46,33 @@ def test_the_plan_runs_the_level_that_sees_it(matrix: Matrix) -> None:
     plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
     assert 2 in plan.levels, plan.reasons
     assert any("rewritten test" in r.why for r in plan.reasons[2]), plan.reasons[2]
+
+
+AUDIO = "src/megatron/bridge/models/qwen_audio/modeling_qwen2_audio.py"
+
+
+def _audio(old: str, new: str, *more: str) -> ChangedFile:
+    return ChangedFile(
+        AUDIO,
+        diff_lines=(old, new, *more),
+        scopes=("forward",),
+        module_level=False,
+        functions=("Qwen2AudioModel.forward",),
+        added_at=tuple(range(199, 200 + len(more))),
+        base_lines=(199,),
+    )
+
+
+def test_levels_whose_cells_decide_a_rewritten_test_as_before_add_nothing(matrix: Matrix) -> None:
+    """probes-21: `if self.pre_process:` made `if self.post_process:` in a VLM family's forward drew the
+    family's Level 4 variant (PP = 1, where both hold) next to Level 2's PP = 2, which decides it first."""
+    change = _audio("        if self.pre_process:", "        if self.post_process:")
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 2 in plan.levels and 4 not in plan.levels, plan.reasons
+    assert {2, 4} <= {c.level for c in layout.cell_layouts(matrix, every_kind=True)}
+
+
+def test_a_rewritten_test_with_other_code_changed_keeps_the_familys_levels(matrix: Matrix) -> None:
+    change = _audio("        if self.pre_process:", "        if self.post_process:", "        x = audio_tower(x)")
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert {2, 4} <= set(plan.levels), plan.reasons

@@ -46,3 +46,39 @@ def test_code_the_training_cells_ran_too_is_not_save_only(matrix: Matrix) -> Non
     assert 4 in select(matrix, [_change(STEP)], ran=ran).levels  # the expert words still draw Level 4
     assert unrun.save_only(matrix, _change(SAVE), _ran({SAVE}, {SAVE})) == set()  # a Level 0 cell saved it
     assert unrun.save_only(matrix, _change("ParallelLinearAdapter.new_method"), ran) == set()  # no record
+
+
+NORM = "src/megatron/bridge/models/minimax_m2/minimax_m2_provider.py"
+
+
+def _hooks_in(classes: int, elsewhere: bool = False) -> list[Ran]:
+    """Level 1 records that ran `sharded_state_dict` of `classes` different adapter classes (and, with
+    `elsewhere`, a Level 0 record that ran one of them too)."""
+    saved = frozenset(f"Adapter{i}.sharded_state_dict" for i in range(classes)) | {STEP}
+    l0 = frozenset({STEP, "Adapter0.sharded_state_dict"} if elsewhere else {STEP})
+    return [Ran(1, "save-resume", "qwen", "b", "v", {UTILS: saved}), Ran(0, "lora-ddp", "qwen", "b", "v", {UTILS: l0})]
+
+
+def _norm_change() -> ChangedFile:
+    function = "_FullDimRMSNorm.sharded_state_dict"
+    return ChangedFile(
+        NORM,
+        diff_lines=("-        shard_rank = tp_rank // replicas", "+        shard_rank = tp_rank % replicas"),
+        scopes=(function,),
+        module_level=False,
+        functions=(function,),
+    )
+
+
+def test_an_unrecorded_class_of_a_save_only_protocol_runs_only_where_cells_save(matrix: Matrix) -> None:
+    """probes-21: MiniMax-M2's q/k norm's `sharded_state_dict` (no MiniMax cell ever saved) drew Level 2 from
+    `tp_rank`; three classes whose method of that name ran only in the saving cell say what it is."""
+    never_save = unrun.save_only(matrix, _norm_change(), _hooks_in(3))
+    assert 1 not in never_save and {2, 4, 5} <= never_save
+    sel = select(matrix, [_norm_change()], ran=_hooks_in(3))
+    assert 1 in sel.levels and 2 not in sel.levels, sel.levels
+
+
+def test_a_protocol_fewer_classes_or_a_training_cell_ran_is_no_save_path(matrix: Matrix) -> None:
+    assert unrun.save_only(matrix, _norm_change(), _hooks_in(2)) == set()
+    assert unrun.save_only(matrix, _norm_change(), _hooks_in(3, elsewhere=True)) == set()

@@ -6,6 +6,7 @@ Level 0 (LoRA B is zero at the first weight sync; a frozen adapter still steps) 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -104,6 +105,39 @@ def test_swapped_adapter_exports_get_the_learning_signal_level_in_code_cells_ran
     assert (5 in plan.levels) is level5, plan.reasons
     if level5:
         assert "aspect:swapped-operands" in {r.rule for r in plan.reasons[5]}
+
+
+QWEN2_BRIDGE = "src/megatron/bridge/models/qwen/qwen2_bridge.py"
+
+
+@pytest.mark.parametrize(
+    ("lines", "level5"),
+    [
+        (  # probes-21: K's and V's sources traded in the default family's mapping table
+            (
+                '                    k="model.layers.*.self_attn.k_proj.weight",',
+                '                    v="model.layers.*.self_attn.v_proj.weight",',
+                '                    k="model.layers.*.self_attn.v_proj.weight",',
+                '                    v="model.layers.*.self_attn.k_proj.weight",',
+            ),
+            True,
+        ),
+        (  # one source renamed: a load that fails by name, which Level 0 shows
+            (
+                '                    k="model.layers.*.self_attn.k_proj.weight",',
+                '                    k="model.layers.*.self_attn.key_proj.weight",',
+            ),
+            False,
+        ),
+    ],
+)
+def test_a_family_bridges_mapping_table_swap_gets_the_learning_signal_level(
+    matrix: Matrix, lines: tuple[str, ...], level5: bool
+) -> None:
+    added = tuple(range(87, 87 + len(lines) // 2))
+    change = replace(_inside(QWEN2_BRIDGE, "Qwen2Bridge.mapping_registry", lines), added_at=added, base_lines=added)
+    plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
+    assert 0 in plan.levels and (5 in plan.levels) is level5, plan.reasons
 
 
 SOURCE = b"""class PEFT:

@@ -45,6 +45,26 @@ def first_cell(
     return None
 
 
+def deciding_levels(
+    cells: Sequence[CellLayout], removed: Sequence[str], added: Sequence[str]
+) -> tuple[int, set[int]]:
+    """(how many changed lines are paired rewritten layout tests, the levels with a PR cell that decides
+    some pair differently on a dense or a MoE model). A level that decides every pair as before runs the
+    rewritten test and sees nothing new: `if self.pre_process:` made `if self.post_process:` is the same
+    test at PP = 1, whatever the file's family or words."""
+    old = [t for line in removed if (t := _test(line)) is not None]
+    new = [t for line in added if (t := _test(line)) is not None]
+    pairs = list(zip(old, new, strict=False))
+    levels = {
+        c.level
+        for was, now in pairs
+        for c in cells
+        for moe in (False, True)
+        if not c.scheduled and _decides_differently(c, was, now, moe)
+    }
+    return 2 * len(pairs), levels
+
+
 def _decides_differently(cell: CellLayout, was: ast.expr, now: ast.expr, moe_family: bool) -> bool:
     """Whether some rank of the cell's layout can take the two tests to different values."""
     lay = cell.layout if cell.kind == "moe" or not moe_family else replace(cell.layout, moe=True)

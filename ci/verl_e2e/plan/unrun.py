@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from verl_e2e.config.aspects import Hit, code_lines
 from verl_e2e.config.matrix import Level, Matrix
-from verl_e2e.plan import branch_levels, layout
+from verl_e2e.plan import branch_levels, layout, retests
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
 from verl_e2e.plan.runtime import Ran, executed
@@ -123,18 +123,22 @@ def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], 
 def off_layout(matrix: Matrix, file: ChangedFile) -> set[int]:
     """The levels above 0 none of whose PR cells takes a single changed line, where every changed code
     line sits under layout conditions (a TP > 1 branch: Levels 1, 3 and 5 run at TP=1 and would not
-    take it, whatever their path rules or words say). Empty where any line is unconditional."""
-    if not file.branches or not file.path.startswith("src/") or file.diff_lines is None:
+    take it, whatever their path rules or words say), or is a rewritten layout test their cells decide as
+    before (retests.py). Empty where any line is unconditional."""
+    if not file.path.startswith("src/") or file.diff_lines is None:
         return set()
     removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
-    sides = len(code_lines(removed)) + len(code_lines(file.diff_lines[len(removed) :]))
-    if len({(b.line, b.removed) for b in file.branches}) < sides:
-        return set()
+    added = file.diff_lines[len(removed) :]
     pr_cells = [c for c in layout.cell_layouts(matrix, every_kind=True) if not c.scheduled]
+    tests, deciding = retests.deciding_levels(pr_cells, removed, added)  # rewritten tests count as their lines
+    if not file.branches and not tests:
+        return set()
+    if len({(b.line, b.removed) for b in file.branches}) + tests < len(code_lines(removed)) + len(code_lines(added)):
+        return set()
     taken = {  # on a dense model or a MoE one: a level that would take the lines on either keeps them
         c.level for b in file.branches for moe in (False, True) for c in layout.running(pr_cells, b.tests(), moe)
     }
-    return {lv for lv in {c.level for c in pr_cells} if lv > 0} - taken
+    return {lv for lv in {c.level for c in pr_cells} if lv > 0} - taken - deciding
 
 
 def save_only(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> set[int]:
@@ -151,9 +155,35 @@ def save_only(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> set[int]
         done = {q.replace(".<locals>", "") for p in file.paths for q in r.functions.get(p, ())}
         for n in names & done:
             seen[n].add(r.level in saving)
+    hooks = _save_hooks(ran, saving)
+    for n in names:  # a method no record ran, of a protocol only checkpointing calls
+        if not seen[n] and "." in n and n.rsplit(".", 1)[-1] in hooks:
+            seen[n].add(True)
     if not all(found == {True} for found in seen.values()):
         return set()
     return {lv for lv in matrix.levels if lv > 0 and lv not in saving}
+
+
+MIN_SAVE_HOOKS = 3  # classes whose same-named method ran only in saving cells before the name says "save path"
+
+
+def _save_hooks(ran: Sequence[Ran], saving: set[int]) -> set[str]:
+    """Method names that recorded cells ran in at least three classes, every time in a saving cell and
+    never elsewhere: a protocol only checkpointing calls (Megatron's `sharded_state_dict` walk), so
+    another class's method of that name, new or never recorded, runs on the save path too."""
+    where: dict[str, set[str]] = {}
+    elsewhere: set[str] = set()
+    for r in ran:
+        for path, functions in r.functions.items():
+            for q in functions:
+                owner, _, name = q.replace(".<locals>", "").rpartition(".")
+                if not owner:
+                    continue
+                if r.level in saving:
+                    where.setdefault(name, set()).add(f"{path}:{owner}")
+                else:
+                    elsewhere.add(name)
+    return {n for n, owners in where.items() if n not in elsewhere and len(owners) >= MIN_SAVE_HOOKS}
 
 
 def _saves(matrix: Matrix, level: Level) -> bool:
