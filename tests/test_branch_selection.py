@@ -236,3 +236,29 @@ def test_the_plan_json_and_text_name_lines_no_cell_executes(matrix: Matrix, tmp_
     assert "(under `if self._pg_collection.cp.size() > 1`; no cell runs them)" in note
     assert note in data["warnings"] and f"warning: {note}" in render_text(plan, matrix)
     assert data["levels"] == []  # Level 0 would run the function, never the line
+
+
+CLOSURE = b"""def local_to_global(models, name):
+    ep_group = get_ep_group(models)
+    if is_expert and get_pg_size(ep_group) > 1:
+        def renumber(name):
+            match = find(name)
+            if match is None:
+                return name
+            return bump(name, match)
+
+        name = renumber(name)
+    return name
+"""
+
+
+def test_a_closure_defined_under_a_layout_test_runs_under_it_where_its_definer_ran() -> None:
+    """probes-20: a rewritten line of an EP-renumbering closure, defined inside `if ... ep size > 1`, drew
+    no EP level: the closure never ran at EP = 1, so its branch counted as code no cell reaches."""
+    line = CLOSURE.decode().splitlines().index("            if match is None:") + 1
+    (branch,) = from_source(CLOSURE, [line], removed=False)
+    assert branch.function == "local_to_global.<locals>.renumber"
+    assert "get_pg_size(ep_group) > 1" in branch.conditions[0].test
+    assert reached(branch.function, {"local_to_global"})
+    assert not reached(branch.function, {"other"})
+    assert reached(branch.function, {"local_to_global.renumber"})  # recorded itself (`<locals>` dropped)

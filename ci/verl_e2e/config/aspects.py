@@ -266,7 +266,8 @@ def _across_branch(pattern: Any, removed: Sequence[str], added: Sequence[str]) -
 
 def _crossed(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
     """Two lines rewritten in place, each with one token changed, the one taking the other's
-    (`"k": k,` / `"v": v,` into `"k": v,` / `"v": k,`): a swap across lines."""
+    (`"k": k,` / `"v": v,` into `"k": v,` / `"v": k,`): a swap across lines; or one line whose one
+    changed token is its sibling's name (`v = v.view(...)` into `v = k.view(...)`)."""
     if len(removed) != len(added):
         return None
     changed: list[tuple[str, str]] = []
@@ -280,7 +281,22 @@ def _crossed(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
     for a, b in changed:
         if a != b and (b, a) in changed:
             return f"{a} and {b} swapped across lines"
-    return None
+    return next((f"{b} put where {a} was" for a, b in changed if _siblings(a, b)), None)
+
+
+# names of tensors that have one shape in a model's layers: K and V under grouped-query attention, gate and
+# up of a gated MLP, Q and K where heads are not grouped
+_SIBLINGS = ({"q", "k", "v"}, {"query", "key", "value"}, {"gate", "up"}, {"w1", "w3"})
+
+
+def _siblings(old: str, new: str) -> bool:
+    """Whether a token was replaced by its sibling (`v.view(...)` by `k.view(...)`, `k_proj` by `v_proj`):
+    a same-shaped tensor taken for another, which loads, exports and steps without an error."""
+    was, now = old.lower().split("_"), new.lower().split("_")
+    if len(was) != len(now):
+        return False
+    differ = [(a, b) for a, b in zip(was, now, strict=True) if a != b]
+    return len(differ) == 1 and any(set(differ[0]) <= group for group in _SIBLINGS)
 
 
 def _in_call(tokens: Sequence[str], at: int) -> bool:

@@ -45,9 +45,14 @@ def reached(function: str, recorded: set[str]) -> bool:
     record covers, a function not known (a hunk that does not show it), a function some cell ran (by
     its qualified or its plain name), or a method of a class some cell ran a method of (new methods
     of a class verl builds). A function in a recorded module that no cell ran, of a class none built,
-    is not verl's code: its layout branches select nothing."""
+    is not verl's code: its layout branches select nothing. A closure (`f.<locals>.g`) is reached where
+    the function defining it is."""
     if not recorded or not function:
         return True
+    if ".<locals>." in function:  # a closure runs where the function that defines it ran
+        return function.replace(".<locals>", "") in recorded or reached(
+            function.split(".<locals>.", maxsplit=1)[0], recorded
+        )
     names = function.split(".")
     if function in recorded or any(q.rsplit(".", 1)[-1] == names[-1] for q in recorded):
         return True

@@ -68,6 +68,7 @@ class _Walk:
         self.lines = source.decode("utf-8", "replace").splitlines()
         self.wanted = sorted(set(wanted))
         self.found: dict[int, tuple[str, tuple[Condition, ...]]] = {}
+        self.defs: set[str] = set()  # the qualified names that are functions (their defs are closures)
 
     def _hits(self, first: int, last: int) -> list[int]:
         return [n for n in self.wanted if first <= n <= last]
@@ -85,7 +86,11 @@ class _Walk:
     def stmt(self, st: ast.stmt, conds: tuple[Condition, ...], func: str) -> None:
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self._mark(st.lineno, st.body[0].lineno - 1, conds, func)
-            self.block(st.body, conds, f"{func}.{st.name}" if func else st.name)
+            # a def inside a function exists only where that function reached it: its conditions hold
+            name = f"{func}.<locals>.{st.name}" if func in self.defs else f"{func}.{st.name}" if func else st.name
+            if not isinstance(st, ast.ClassDef):
+                self.defs.add(name)
+            self.block(st.body, conds, name)
             return
         if isinstance(st, (ast.If, ast.While)):
             self._mark(st.lineno, st.body[0].lineno - 1, conds, func)

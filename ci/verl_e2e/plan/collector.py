@@ -67,12 +67,19 @@ class Narrowed(Collector):
     (every line under a layout condition their layouts cannot take: unrun.off_layout) are dropped
     whatever selected them, apart from what the layout branches themselves pick."""
 
-    def __init__(self, col: Collector, off: set[int], unsaved: set[int] | None = None) -> None:
+    def __init__(
+        self, col: Collector, off: set[int], unsaved: set[int] | None = None, same: set[int] | None = None
+    ) -> None:
         self.kinds, self.hits, self.off = col.kinds, col.hits, off
         self.unsaved = unsaved or set()  # levels that never save, for a change only save paths run (unrun.save_only)
+        # levels whose cells decide a rewritten layout test as before: they run it and see nothing new, so
+        # only a record that they run the code (a save path only Level 1 runs) keeps them
+        self.same = same or set()
 
     def add(self, level: int, family: str, kinds: Iterable[str], reason: tuple[str, str], path: str | None) -> None:
         if level in self.unsaved:
+            return
+        if level in self.same and reason[0] not in ("layout-branch", "executed"):
             return
         if level not in self.off or reason[0] == "layout-branch":
             super().add(level, family, kinds, reason, path)

@@ -50,11 +50,37 @@ def registrations(source: bytes | str) -> list[str]:
     for node in ast.walk(tree):  # decorators and the `register_bridge(...)(Cls)` form alike
         if not isinstance(node, ast.Call) or _decorator_name(node) != "register_bridge":
             continue
-        value = next((k.value for k in node.keywords if k.arg == "source"), node.args[0] if node.args else None)
+        value = _source_value(node)
         name = _source_name(value, constants)
         if name:
             found[name] = None
     return list(found)
+
+
+def class_registrations(source: bytes) -> dict[tuple[int, int], list[str]]:
+    """The line span of each top-level class a `register_bridge` decorator registers, with the
+    architectures it registers there: a file of several bridges (a dense and a MoE one) serves each
+    architecture through its own class. Empty for a file that does not parse or registers nothing."""
+    tree = pyparse.tree(source) if b"register_bridge" in source else None
+    if tree is None:
+        return {}
+    constants = _string_constants(tree)
+    out: dict[tuple[int, int], list[str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        calls = [d for d in node.decorator_list if isinstance(d, ast.Call) and _decorator_name(d) == "register_bridge"]
+        values = [
+            next((k.value for k in d.keywords if k.arg == "source"), d.args[0] if d.args else None) for d in calls
+        ]
+        names = [name for value in values if (name := _source_name(value, constants))]
+        if names:
+            out[(node.lineno, node.end_lineno or node.lineno)] = names
+    return out
+
+
+def _source_value(call: ast.Call) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == "source"), call.args[0] if call.args else None)
 
 
 def _source_name(value: ast.expr | None, constants: Mapping[str, str]) -> str | None:

@@ -45,9 +45,7 @@ def first_cell(
     return None
 
 
-def deciding_levels(
-    cells: Sequence[CellLayout], removed: Sequence[str], added: Sequence[str]
-) -> tuple[int, set[int]]:
+def deciding_levels(cells: Sequence[CellLayout], removed: Sequence[str], added: Sequence[str]) -> tuple[int, set[int]]:
     """(how many changed lines are paired rewritten layout tests, the levels with a PR cell that decides
     some pair differently on a dense or a MoE model). A level that decides every pair as before runs the
     rewritten test and sees nothing new: `if self.pre_process:` made `if self.post_process:` is the same

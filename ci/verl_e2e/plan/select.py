@@ -20,6 +20,7 @@ from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, newcode, overrides, quiet, retests, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
+from verl_e2e.plan.refuted import refuted
 from verl_e2e.plan.runtime import Ran, cheapest
 from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
@@ -66,12 +67,14 @@ class _Scan:
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         whole = self.col
         for file in files:
-            self.col = collector.Narrowed(whole, unrun.off_layout(matrix, file), unrun.save_only(matrix, file, ran))
+            off, unsaved = unrun.off_layout(matrix, file), unrun.save_only(matrix, file, ran)
+            self.col = collector.Narrowed(whole, off, unsaved, unrun.off_layout(matrix, file, retested=True) - off)
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
             unbuilt = unbuilt or gated.closed(matrix, file, ran) or gated.uncalled(matrix, file)
             unbuilt = unbuilt or _overridden(self.found, file) or unrun.untaken_branch(file, ran)
+            unbuilt = unbuilt or refuted(matrix, file, ran)
             quiet_file = file.cosmetic or file.log_only or unbuilt is not None
             nowhere = None if quiet_file else unrun.nowhere(self.cells, file, ran, self.fams)
             ran_it = not quiet_file and nowhere is None and self._executed(file)

@@ -80,7 +80,30 @@ def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
     done = {
         q.replace(".<locals>", "") for r in ran if r.level == level for p in file.paths for q in r.functions.get(p, ())
     }
-    return all(n in done or _around_ran(n, done) for n in file.functions) or _hooks_ran_at(level, file, ran)
+    return (
+        all(n in done or _around_ran(n, done) for n in file.functions)
+        or _hooks_ran_at(level, file, ran)
+        or _mapping_hooks_ran_at(level, file, done)
+    )
+
+
+MAPPING_HOOKS = ("hf_to_megatron", "megatron_to_hf")  # what the conversion loop calls on every mapping
+
+
+def _mapping_hooks_ran_at(level: int, file: ChangedFile, done: set[str]) -> bool:
+    """A mapping class's conversion hook (`MambaInProjMapping.megatron_to_hf`) where the cells of `level`
+    ran that hook of at least MIN_LINE_RECORDS other classes of the same file: the conversion loop calls it
+    on whichever mappings a family's bridge registers, so the family that registers this one (no cell
+    recorded it) runs it at the same point, at every build or weight sync."""
+    if not file.functions or level != 0:
+        return False
+    for name in file.functions:
+        cls, _, method = name.rpartition(".")
+        if "." in cls or not cls.endswith("Mapping") or method not in MAPPING_HOOKS:
+            return False
+        if len({q for q in done if q.endswith(f"Mapping.{method}") and q.count(".") == 1} - {name}) < MIN_LINE_RECORDS:
+            return False
+    return True
 
 
 def _hooks_ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
@@ -120,17 +143,18 @@ def nowhere(cells: Sequence[CellLayout], file: ChangedFile, ran: Sequence[Ran], 
     return None if picks or not unexecuted else list(unexecuted)
 
 
-def off_layout(matrix: Matrix, file: ChangedFile) -> set[int]:
+def off_layout(matrix: Matrix, file: ChangedFile, retested: bool = False) -> set[int]:
     """The levels above 0 none of whose PR cells takes a single changed line, where every changed code
     line sits under layout conditions (a TP > 1 branch: Levels 1, 3 and 5 run at TP=1 and would not
-    take it, whatever their path rules or words say), or is a rewritten layout test their cells decide as
-    before (retests.py). Empty where any line is unconditional."""
+    take it, whatever their path rules or words say). Empty where any line is unconditional.
+    `retested`: a rewritten layout test counts as such a line, and its cells are those that decide it
+    otherwise than before (retests.py): the others run it and see no difference."""
     if not file.path.startswith("src/") or file.diff_lines is None:
         return set()
     removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
     added = file.diff_lines[len(removed) :]
     pr_cells = [c for c in layout.cell_layouts(matrix, every_kind=True) if not c.scheduled]
-    tests, deciding = retests.deciding_levels(pr_cells, removed, added)  # rewritten tests count as their lines
+    tests, deciding = retests.deciding_levels(pr_cells, removed, added) if retested else (0, set())
     if not file.branches and not tests:
         return set()
     if len({(b.line, b.removed) for b in file.branches}) + tests < len(code_lines(removed)) + len(code_lines(added)):
@@ -224,6 +248,8 @@ def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[l
         hits = [h for h in hits if not h.aspect.when_ran]  # code no recorded cell ran: new, or never reached
     if build_values_only(file):
         hits = [h for h in hits if h.aspect.kind != "custom"]
+    if any(h.aspect.levels == {1} and _class_named(h, file) for h in hits) and ran_at(0, file, ran):
+        hits = [h for h in hits if not (h.aspect.levels == {1} and _class_named(h, file))]
     never = never_ran(file, ran)
     if not never or not any(h.aspect.levels == {5} for h in hits):
         return hits, None
@@ -233,6 +259,15 @@ def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[l
         "recorded cells of this file never ran: no learning signal to measure)"
     )
     return [h for h in hits if h.aspect.levels != {5}], note
+
+
+def _class_named(hit: Hit, file: ChangedFile) -> bool:
+    """A hit on the name of a class around the changed methods, not on a changed line or a function's own
+    name: `SafeTensorsStateSource` says what files the class reads, while its `load_tensors` that Level 0
+    ran reads the HF weights at every build; `set_params_to_save` names what its own code decides."""
+    functions = file.functions or ()
+    owners = {part for n in functions for part in n.split(".")[:-1]}
+    return hit.where.startswith("name of ") and hit.where[len("name of ") :].split(",", 1)[0] in owners
 
 
 def uncalled(file: ChangedFile, why: str) -> str | None:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from verl_e2e.plan import pyparse
-from verl_e2e.plan.registry import SHARED, architectures_by_file
+from verl_e2e.plan.registry import SHARED, architectures_by_file, class_registrations
 from verl_e2e.plan.surface import MODELS
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{4,}")
@@ -153,4 +153,20 @@ def _architectures(
     if not users:
         return ()
     archs = architectures_by_file(models, only=users)
-    return tuple(sorted({a for u in users for a in archs.get(u, ())})) or None
+    return tuple(sorted({a for u in users for a in _by_class(models[u], names) or archs.get(u, [])})) or None
+
+
+def _by_class(source: bytes, names: tuple[str, ...]) -> list[str]:
+    """The architectures of the registered bridge classes whose own lines name `names`, where a bridge
+    file registers several (`moe_experts_stored_packed` in Qwen3.5's MoE bridge, not its dense one);
+    [] where a name sits outside them (module code every class of the file shares) or none registers."""
+    spans = class_registrations(source)
+    if len(spans) < 2:
+        return []
+    lines = source.decode("utf-8", "replace").splitlines()
+    named = [n for n, text in enumerate(lines, start=1) if any(_named(text, w) for w in names)]
+    named = [n for n in named if not re.match(r"\s*(from|import)\b", lines[n - 1])]
+    inside = [next((archs for (first, last), archs in spans.items() if first <= n <= last), None) for n in named]
+    if not inside or any(found is None for found in inside):
+        return []
+    return [a for found in inside if found is not None for a in found]

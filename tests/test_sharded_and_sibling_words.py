@@ -1,0 +1,94 @@
+"""Words of a changed line that say where it can differ, read from a diff (probes-20 and -21): a rank's
+share put for the whole (`local_dim` for `global_dim`) differs only where a dimension is sharded; a
+tensor taken for its same-shaped sibling (`k` for `v`) trains on wrong weights without an error; a
+RoPE interpolation factor or the HF rope base read by the helper every bridge shares changes every step;
+`num_query_groups` counts for the layout where it is set, not where a conversion reads it; `pp_group`
+is a parallel group as `tp_group` is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan.build import PlanRequest, make_plan
+
+from .unified_diffs import one_hunk
+
+MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
+PROVIDER = "src/megatron/bridge/models/gpt_provider.py"
+COMPAT = "src/megatron/bridge/models/conversion/transformers_compat.py"
+NORM = "src/megatron/bridge/models/minimax_m2/minimax_m2_provider.py"
+
+
+def _rules(matrix: Matrix, tmp_path: Path, path: str, header: str, lines: list[str]) -> dict[int, set[str]]:
+    (tmp_path / "d.diff").write_text(one_hunk(path, header, lines, 80), encoding="utf-8")
+    (tmp_path / "f.txt").write_text(f"M\t{path}\n", encoding="utf-8")
+    plan = make_plan(PlanRequest(changed_files=str(tmp_path / "f.txt"), diff=str(tmp_path / "d.diff")), matrix)
+    return {lv: {r.rule for r in rs} for lv, rs in plan.selection.reasons.items()}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "sharded"),
+    [
+        ("        variance = local_ss / self.global_dim", "        variance = local_ss / self.local_dim", True),
+        ("        n = global_expert_number + 1", "        n = global_expert_number + 2", False),  # read, unchanged
+        ("        variance = local_ss / self.global_dim", "        variance = local_ss / (self.global_dim + 1)", False),
+    ],
+)
+def test_a_share_put_for_the_whole_is_a_sharded_extent(
+    matrix: Matrix, tmp_path: Path, old: str, new: str, sharded: bool
+) -> None:
+    rules = _rules(matrix, tmp_path, NORM, "def forward(self, x):", [f"-{old}", f"+{new}"])
+    assert ("aspect:sharded-extent" in rules.get(2, set())) is sharded, rules
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "swap"),
+    [
+        ("    v = v.view(num_query_groups, head_size)", "    v = k.view(num_query_groups, head_size)", True),
+        ('    k="model.layers.*.self_attn.k_proj.weight",', '    k="model.layers.*.self_attn.v_proj.weight",', True),
+        ("    gate = w.chunk(2)[0]", "    up = w.chunk(2)[0]", True),
+        ("    v = v.view(num_query_groups, head_size)", "    v = x.view(num_query_groups, head_size)", False),
+        ("    v = v.view(num_query_groups, head_size)", "    v = v.reshape(num_query_groups, head_size)", False),
+    ],
+)
+def test_a_tensor_taken_for_its_sibling_gets_the_learning_signal_level(
+    matrix: Matrix, tmp_path: Path, old: str, new: str, swap: bool
+) -> None:
+    rules = _rules(matrix, tmp_path, MAPPING, "def merge_qkv_biases(config, q, k, v):", [f"-{old}", f"+{new}"])
+    assert ("aspect:swapped-operands" in rules.get(5, set())) is swap, rules
+    assert "aspect:parallel-layout" not in rules.get(2, set()), rules  # `num_query_groups` read, not set
+
+
+def test_num_query_groups_set_is_parallel_layout(matrix: Matrix, tmp_path: Path) -> None:
+    lines = ['-    configs["num_query_groups"] = hf_config.num_attention_heads',
+             '+    configs["num_query_groups"] = hf_config.num_key_value_heads']  # fmt: skip
+    rules = _rules(
+        matrix, tmp_path, "src/megatron/bridge/models/deepseek/common.py", "def get_common_configs():", lines
+    )
+    assert "aspect:parallel-layout" in rules.get(2, set()), rules
+
+
+def test_the_pp_group_a_mapping_takes_is_parallel_layout(matrix: Matrix, tmp_path: Path) -> None:
+    lines = ['-            ("pp_group", "pp"),', '+            ("pp_group", "tp"),']
+    rules = _rules(matrix, tmp_path, MAPPING, "def set_process_groups_from_pg_collection(self, pg):", lines)
+    assert "aspect:parallel-layout" in rules.get(2, set()), rules
+
+
+@pytest.mark.parametrize(
+    ("path", "header", "lines"),
+    [
+        (PROVIDER, "class GPTModelProvider(TransformerConfig):",
+         ["-    seq_len_interpolation_factor: Optional[float] = None",
+          "+    seq_len_interpolation_factor: Optional[float] = 2.0"]),
+        (COMPAT, "def rope_theta_from_hf(config) -> float:",
+         ['-            rope_theta = config.rope_parameters["rope_theta"]',
+          '+            rope_theta = config.rope_parameters["rope_base"]']),
+    ],
+)  # fmt: skip
+def test_rope_options_every_family_reads_get_level_5(matrix: Matrix, tmp_path: Path, path: str, header: str,
+                                                     lines: list[str]) -> None:  # fmt: skip
+    rules = _rules(matrix, tmp_path, path, header, lines)
+    assert "aspect:rope-defaults" in rules.get(5, set()), rules
