@@ -76,3 +76,13 @@ def test_a_rewritten_test_with_other_code_changed_keeps_the_familys_levels(matri
     change = _audio("        if self.pre_process:", "        if self.post_process:", "        x = audio_tower(x)")
     plan = select(matrix, [change], surface=surface.shipped(), ran=runtime.shipped())
     assert {2, 4} <= set(plan.levels), plan.reasons
+
+
+def test_a_rewrite_no_layout_tells_apart_claims_nothing(matrix: Matrix) -> None:
+    """probes-10: `isinstance(task.param_weight, DTensor)` made `isinstance(task.megatron_module, DTensor)`
+    reads as the Megatron-FSDP test either way; that no cell decides them apart says nothing of what
+    changed, so Level 3's own reasons stay."""
+    cells = [c for c in layout.cell_layouts(matrix, every_kind=True) if not c.scheduled]
+    old, new = "    if isinstance(task.param_weight, DTensor):", "    if isinstance(task.megatron_module, DTensor):"
+    assert retests.deciding_levels(cells, [old], [new]) == (0, set())
+    assert retests.deciding_levels(cells, ["    if self.pre_process:"], ["    if self.post_process:"])[1] == {2}

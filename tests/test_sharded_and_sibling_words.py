@@ -92,3 +92,28 @@ def test_rope_options_every_family_reads_get_level_5(matrix: Matrix, tmp_path: P
                                                      lines: list[str]) -> None:  # fmt: skip
     rules = _rules(matrix, tmp_path, path, header, lines)
     assert "aspect:rope-defaults" in rules.get(5, set()), rules
+
+
+def test_a_swap_among_a_family_bridges_config_values_is_its_build_not_a_weight_swap(matrix: Matrix) -> None:
+    """probes-14: `rotary_dim / head_dim` turned around in MiniMax-M2's `provider_bridge` is a config value the
+    family's Level 0 and 4 build with; the same swap in its `mapping_registry` trades weights."""
+    from verl_e2e.plan import runtime, surface
+    from verl_e2e.plan.changes import ChangedFile
+    from verl_e2e.plan.select import select
+
+    def change(function: str) -> ChangedFile:
+        return ChangedFile(
+            "src/megatron/bridge/models/minimax_m2/minimax_m2_bridge.py",
+            diff_lines=("            x = rotary_dim / head_dim", "            x = head_dim / rotary_dim"),
+            scopes=(function.rsplit(".", maxsplit=1)[-1],),
+            module_level=False,
+            functions=(function,),
+            added_at=(152,),
+            base_lines=(152,),
+        )
+
+    ran = runtime.shipped()
+    values = select(matrix, [change("MiniMaxM2Bridge.provider_bridge")], surface=surface.shipped(), ran=ran)
+    assert 5 not in values.levels and 4 in values.levels, values.reasons
+    weights = select(matrix, [change("MiniMaxM2Bridge.mapping_registry")], surface=surface.shipped(), ran=ran)
+    assert 5 in weights.levels, weights.reasons

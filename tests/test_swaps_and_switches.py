@@ -48,7 +48,8 @@ def _inside(path: str, function: str, lines: tuple[str, ...], guarded: tuple[str
             "    act = getattr(c, 'b', None) or getattr(c, 'a')",
             False,
         ),
-        ("    return {'k': k_out}", "    return {'k': v_out}", False),  # a changed token, not a swap
+        ("    return {'k': k_out}", "    return {'k': x_out}", False),  # a changed token, not a swap
+        ("    return {'k': k_out}", "    return {'k': v_out}", True),  # K's slot given V's same-shaped tensor
         # a call's arguments reordered: the callee's contract, loud where the two differ in kind
         (
             "    self._bridge.load_weights(model, pre_trained)",

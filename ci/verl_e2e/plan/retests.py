@@ -60,7 +60,9 @@ def deciding_levels(cells: Sequence[CellLayout], removed: Sequence[str], added: 
         for moe in (False, True)
         if not c.scheduled and _decides_differently(c, was, now, moe)
     }
-    return 2 * len(pairs), levels
+    # no cell telling the two apart means the layouts cannot see what changed (`isinstance(x, DTensor)` is
+    # the Megatron-FSDP test whatever `x` is): no claim that any level sees nothing
+    return (2 * len(pairs), levels) if levels else (0, set())
 
 
 def _decides_differently(cell: CellLayout, was: ast.expr, now: ast.expr, moe_family: bool) -> bool:

@@ -246,8 +246,8 @@ def kept_hits(hits: list[Hit], file: ChangedFile, ran: Sequence[Ran]) -> tuple[l
     hits = [h for h in hits if h.aspect.unless_ran_at is None or not ran_at(h.aspect.unless_ran_at, file, ran)]
     if any(h.aspect.when_ran for h in hits) and not _ran_code_changed(file, ran):
         hits = [h for h in hits if not h.aspect.when_ran]  # code no recorded cell ran: new, or never reached
-    if build_values_only(file):
-        hits = [h for h in hits if h.aspect.kind != "custom"]
+    if build_values_only(file):  # config values a family builds with: its Level 0 and 4, no weight swap
+        hits = [h for h in hits if h.aspect.kind != "custom" and h.aspect.lines != "permuted"]
     if any(h.aspect.levels == {1} and _class_named(h, file) for h in hits) and ran_at(0, file, ran):
         hits = [h for h in hits if not (h.aspect.levels == {1} and _class_named(h, file))]
     never = never_ran(file, ran)
