@@ -86,3 +86,21 @@ def test_a_rewrite_no_layout_tells_apart_claims_nothing(matrix: Matrix) -> None:
     old, new = "    if isinstance(task.param_weight, DTensor):", "    if isinstance(task.megatron_module, DTensor):"
     assert retests.deciding_levels(cells, [old], [new]) == (0, set())
     assert retests.deciding_levels(cells, ["    if self.pre_process:"], ["    if self.post_process:"])[1] == {2}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "level"),
+    [  # probes-23: the layout part dropped from a test; its other part is the same in both, whatever it is
+        ("    if self.post_process and self.post_layer_norm:", "    if self.post_layer_norm:", 2),
+        ("    if self.post_layer_norm:", "    if self.post_process and self.post_layer_norm:", 2),
+        (
+            "    if self.post_process and self.post_layer_norm:",
+            "    if self.post_layer_norm and self.post_process:",
+            None,
+        ),
+        ("    if tp_rank == 0 and ep_rank == 0:", "    if tp_rank == 0 or ep_rank == 0:", 2),
+    ],
+)
+def test_the_parts_of_two_tests_are_tried_together(matrix: Matrix, old: str, new: str, level: int | None) -> None:
+    found = retests.first_cell(layout.cell_layouts(matrix, every_kind=True), [old], [new], moe_family=False)
+    assert (found[0].level if found else None) == level, found

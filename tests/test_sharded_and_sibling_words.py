@@ -117,3 +117,21 @@ def test_a_swap_among_a_family_bridges_config_values_is_its_build_not_a_weight_s
     assert 5 not in values.levels and 4 in values.levels, values.reasons
     weights = select(matrix, [change("MiniMaxM2Bridge.mapping_registry")], surface=surface.shipped(), ran=ran)
     assert 5 in weights.levels, weights.reasons
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "split"),
+    [
+        ("                ColumnParallelMapping(", "                RowParallelMapping(", True),
+        ("                ColumnParallelMapping(", "                ColumnParallelMapping(  # mixer", False),
+        ("                AutoMapping(", "                AutoMapping(  # mixer", False),
+    ],
+)
+def test_a_mapping_given_another_split_kind_is_read_as_a_tp_change(
+    matrix: Matrix, tmp_path: Path, old: str, new: str, split: bool
+) -> None:
+    """probes-23: Falcon-H1's per-head Mamba parameters mapped row-parallel instead of column-parallel load
+    the same at TP = 1 and hand every rank the whole tensor at TP = 2."""
+    bridge = "src/megatron/bridge/models/falcon_h1/falconh1_bridge.py"
+    rules = _rules(matrix, tmp_path, bridge, "def mapping_registry(self):", [f"-{old}", f"+{new}"])
+    assert ("aspect:mapping-split-kind" in rules.get(2, set())) is split, rules

@@ -58,6 +58,9 @@ class Caller:
     # "layout": the call runs only under the parallel-layout conditions of `branches` (the layout rules);
     # "unreached": a function no cell ran, which nothing a cell reaches calls (the chain ends nowhere)
     branches: tuple[branches.Branch, ...] = ()
+    # for "layout": the recorded cells with line records of this file that ran the function and not the
+    # call; where one's layout holds the conditions, they are not what keeps the call off (refuted.py)
+    skipped: tuple[str, ...] = ()
 
 
 def _statement(tree: ast.Module, line: int) -> ast.stmt | None:
@@ -188,11 +191,13 @@ class _Reader:
         if not ran_it:  # the function's own callers decide, whatever its lines' conditions
             return self._through(path, line, function, name)
         under = branches.from_source(source, [line], True)
+        blob = blob_id(source)
         if under:  # a layout condition: the change runs where it holds (Level 2's PP branch)
-            return [Caller(path, line, function, "layout", tuple(under))]
+            header = set(_header(stmt))
+            skipped = [r.cell for r in ran_it if (ls := r.ran_lines(path, blob)) is not None and not ls & header]
+            return [Caller(path, line, function, "layout", tuple(under), tuple(skipped))]
         if unrecorded_condition(tree, line):
             return None  # a kind (MTP, vision, ...) or state (a cache hit) condition: Level 4 or 5 may take it
-        blob = blob_id(source)
         # records made before cells wrote their lines say only that the function ran; the many that
         # have lines (dense and MoE families, save and resume) decide, and none of them took the line
         lines = [ls for ls in (r.ran_lines(path, blob) for r in ran_it) if ls is not None]

@@ -67,6 +67,8 @@ class ChangedFile:
     callers: tuple[tuple[str, int, str, str], ...] | None = None
     # the layout branches those calls sit under (how "layout"): where the change runs, for the layout rules
     caller_branches: tuple[Branch, ...] = ()
+    # (path, line, cells): the recorded cells that ran a layout call's function and not the call
+    caller_skipped: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
     # an added module whose name the base tree already mentions (a guarded import waiting for it): --repo
     named_before: bool = False
     # a changed line runs under a condition on the model's kind or the run's state (callsites.py): --repo

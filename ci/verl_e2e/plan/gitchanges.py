@@ -211,7 +211,10 @@ def _with_callers(repo: Path, base: str, files: list[ChangedFile]) -> list[Chang
 def _caller_record(file: ChangedFile, found: tuple[callsites.Caller, ...]) -> ChangedFile:
     """The file with its callers, and the layout branches those under a layout condition sit in."""
     listed = tuple((c.path, c.line, c.function, c.how) for c in found)
-    return replace(file, callers=listed, caller_branches=tuple(b for c in found for b in c.branches))
+    skipped = tuple((c.path, c.line, c.skipped) for c in found if c.skipped)
+    return replace(
+        file, callers=listed, caller_branches=tuple(b for c in found for b in c.branches), caller_skipped=skipped
+    )
 
 
 def _named_before(repo: Path, base: str, file: ChangedFile) -> bool:

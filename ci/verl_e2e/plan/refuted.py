@@ -57,3 +57,28 @@ def _layout(matrix: Matrix, r: Ran) -> Layout | None:
     found = layout.layout_of(matrix, r.level, variant)
     family = matrix.families.get(r.family)
     return replace(found, moe=True) if family is not None and family.has("moe") else found
+
+
+def refute_callers(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> ChangedFile:
+    """The file with each Bridge call of the change that sits under layout conditions turned "untaken"
+    where a recorded cell whose layout holds those conditions ran the calling function and not the call
+    (`if adapter_task.requires_expert_splits:` reads as MoE-only; the MoE cells' adapter exports ran
+    around it at every sync). Its branches no longer pick a level; the plan says no cell runs it."""
+    if not file.callers or not file.caller_skipped:
+        return file
+    cells = {r.cell: r for r in ran}
+    refuted_at = {
+        (path, line)
+        for path, line, skipped in file.caller_skipped
+        if any(
+            all(_allows(_layout(matrix, cells[c]), b) for b in file.caller_branches if b.line == line)
+            for c in skipped
+            if c in cells
+        )
+    }
+    if not refuted_at:
+        return file
+    callers = tuple((p, n, f, "untaken" if (p, n) in refuted_at else how) for p, n, f, how in file.callers)
+    lines = {n for _, n in refuted_at}
+    kept = tuple(b for b in file.caller_branches if b.line not in lines)
+    return replace(file, callers=callers, caller_branches=kept)

@@ -17,10 +17,22 @@ from dataclasses import replace
 from verl_e2e.config.aspects import Hit, find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
-from verl_e2e.plan import bodies, branch_levels, collector, gated, layout, newcode, overrides, quiet, retests, unrun
+from verl_e2e.plan import (
+    architecture,
+    bodies,
+    branch_levels,
+    collector,
+    gated,
+    layout,
+    newcode,
+    overrides,
+    quiet,
+    retests,
+    unrun,
+)
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
-from verl_e2e.plan.refuted import refuted
+from verl_e2e.plan.refuted import refute_callers, refuted
 from verl_e2e.plan.runtime import Ran, cheapest
 from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
@@ -66,7 +78,7 @@ class _Scan:
         self.ran_around: set[str] = set()  # files whose changed lines no cell took, in code cells ran
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         whole = self.col
-        for file in files:
+        for file in (refute_callers(matrix, f, ran) for f in files):
             off, unsaved = unrun.off_layout(matrix, file), unrun.save_only(matrix, file, ran)
             self.col = collector.Narrowed(whole, off, unsaved, unrun.off_layout(matrix, file, retested=True) - off)
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
@@ -183,10 +195,10 @@ class _Scan:
                 self.fams.no_family(path, file, rule.levels)
                 selected = True
             for fam in targets:
-                selected |= self._fire(rule, path, fam, changed=rule.family == "changed")
+                selected |= self._fire(rule, path, fam, changed=rule.family == "changed", serves=file.architectures)
         return selected
 
-    def _fire(self, rule: Rule, path: str, fam: str, changed: bool) -> bool:
+    def _fire(self, rule: Rule, path: str, fam: str, changed: bool, serves: tuple[str, ...] | None = None) -> bool:
         flags: set[str] = set()
         if changed and family_dir(path) is not None:
             flags = active_flags(self.matrix.families[fam], (relative(path),))
@@ -195,8 +207,8 @@ class _Scan:
         kinds = {rule.only} if rule.only else ({rule.kind} if rule.kind != "all" else {"all", *flags})
         for level in sorted(rule.levels):
             self.col.add(level, fam, kinds, (rule.name, rule.why), path)
-        if changed and flags:
-            _architecture_variant(self.matrix, self.col, fam, flags, path)
+        if changed and flags and not architecture.inherited_by_blocked(self.matrix, fam, serves):
+            architecture.variant(self.matrix, self.col, fam, flags, path)
         return True
 
 
@@ -311,17 +323,6 @@ def _overridden(found: Findings, file: ChangedFile) -> str | None:
         return None
     found.unexecuted[overrides.unseen(file.path, names)] = None
     return overrides.unseen(file.path, names)
-
-
-def _architecture_variant(matrix: Matrix, col: Collector, fam: str, flags: set[str], path: str) -> None:
-    """A change to a MoE/VLM/MTP family's own model files runs its Level 4 variant. Not an __init__ (it
-    only re-exports), nor a file of another family's directory (a base bridge the family subclasses):
-    it runs there too, but the family's MoE, vision or MTP parts are in its own files."""
-    if matrix.families[fam].dir != family_dir(path) or path.endswith("__init__.py"):
-        return
-    named = "/".join({"moe": "MoE", "vlm": "VLM", "mtp": "MTP"}[f] for f in sorted(flags))
-    why = f"{fam} is a {named} model: Level 4 runs its architecture-specific variant"
-    col.add(4, fam, flags, ("architecture", why), path)
 
 
 def _unmatched_runs_level0(fams: Targets, col: Collector, file: ChangedFile) -> None:
