@@ -166,29 +166,3 @@ def test_a_checkpoint_word_in_a_class_name_adds_no_save_level_to_code_every_buil
     assert 1 not in select(matrix, [_load_change(read)], ran=_state_cells(read)).levels
     own = "PEFT.set_params_to_save"  # the function's own name says what a save keeps
     assert 1 in select(matrix, [_load_change(own)], ran=_state_cells(own)).levels
-
-
-GEMMA3_PROVIDER = "src/megatron/bridge/models/gemma/gemma3_provider.py"
-
-
-def _provider_change(serves: tuple[str, ...]) -> ChangedFile:
-    return ChangedFile(
-        GEMMA3_PROVIDER,
-        diff_lines=(
-            "    interleaved_attn_pattern: tuple = (5, 1)  # (local, global)",
-            "    interleaved_attn_pattern: tuple = (6, 1)  # (local, global)",
-        ),
-        scopes=("Gemma3ModelProvider",),
-        module_level=False,
-        architectures=serves,
-    )
-
-
-def test_a_blocked_family_that_builds_on_a_shared_file_gets_no_architecture_cell(matrix: Matrix) -> None:
-    """probes-23: Gemma 3's provider, which Gemma 4's (MoE, `cannot_run`) subclasses, drew Gemma 4's Level 4;
-    Gemma 4's own files still do."""
-    assert matrix.families["gemma4"].blocked("all") is not None, "the premise: Gemma 4 cannot run in verl"
-    shared = select(matrix, [_provider_change(("Gemma3ForCausalLM", "Gemma4ForCausalLM"))])
-    assert 4 not in shared.levels, shared.reasons
-    own = select(matrix, [_provider_change(("Gemma4ForCausalLM",))])
-    assert 4 in own.levels, own.reasons

@@ -195,10 +195,10 @@ class _Scan:
                 self.fams.no_family(path, file, rule.levels)
                 selected = True
             for fam in targets:
-                selected |= self._fire(rule, path, fam, changed=rule.family == "changed", serves=file.architectures)
+                selected |= self._fire(rule, path, fam, changed=rule.family == "changed")
         return selected
 
-    def _fire(self, rule: Rule, path: str, fam: str, changed: bool, serves: tuple[str, ...] | None = None) -> bool:
+    def _fire(self, rule: Rule, path: str, fam: str, changed: bool) -> bool:
         flags: set[str] = set()
         if changed and family_dir(path) is not None:
             flags = active_flags(self.matrix.families[fam], (relative(path),))
@@ -207,7 +207,7 @@ class _Scan:
         kinds = {rule.only} if rule.only else ({rule.kind} if rule.kind != "all" else {"all", *flags})
         for level in sorted(rule.levels):
             self.col.add(level, fam, kinds, (rule.name, rule.why), path)
-        if changed and flags and not architecture.inherited_by_blocked(self.matrix, fam, serves):
+        if changed and flags:
             architecture.variant(self.matrix, self.col, fam, flags, path)
         return True
 
