@@ -7,6 +7,8 @@ doubles in the shape `data/runtime.json` gives (functions, lines, blob ids)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from verl_e2e.config.matrix import Matrix
 from verl_e2e.plan import users
 from verl_e2e.plan.branches import from_source
@@ -166,3 +168,66 @@ def test_a_checkpoint_word_in_a_class_name_adds_no_save_level_to_code_every_buil
     assert 1 not in select(matrix, [_load_change(read)], ran=_state_cells(read)).levels
     own = "PEFT.set_params_to_save"  # the function's own name says what a save keeps
     assert 1 in select(matrix, [_load_change(own)], ran=_state_cells(own)).levels
+
+
+ADAPTER = "src/megatron/bridge/peft/utils.py"
+REPLICA = """\
+class ParallelLinearAdapter:
+    def _set_expert_replica_ids(self, state):
+        for value in state.values():
+            replica_id = value.replica_id
+            if isinstance(replica_id, int):
+                replica_id = (0, 0, replica_id)
+            value.replica_id = replica_id
+"""
+
+
+def _replica_change(unrecorded: bool) -> ChangedFile:
+    function = "ParallelLinearAdapter._set_expert_replica_ids"
+    return ChangedFile(
+        ADAPTER,
+        diff_lines=(
+            "                replica_id = (0, 0, replica_id)",
+            "                replica_id = (replica_id, 0, 0)",
+        ),
+        scopes=("_set_expert_replica_ids",),
+        module_level=False,
+        functions=(function,),
+        added_at=(6,),
+        base_lines=(6,),
+        old_blob=blob_id(REPLICA.encode())[:10],
+        unrecorded_conditions=unrecorded,
+    )
+
+
+def _saving_cells() -> list[Ran]:
+    blob = blob_id(REPLICA.encode())
+    functions = {ADAPTER: frozenset({"ParallelLinearAdapter._set_expert_replica_ids"})}
+    return [
+        Ran(
+            1,
+            "save-resume",
+            "qwen3_moe",
+            "b",
+            "v",
+            functions,
+            {ADAPTER: frozenset({1, 2, 3, 4, 5, 7})},
+            {ADAPTER: blob},
+        )
+    ]
+
+
+def test_lines_under_a_handed_over_type_run_where_their_function_ran(matrix: Matrix) -> None:
+    """probes-22: an integer replica id (another checkpointing version's) put in the wrong slot; the saving
+    cell ran the function with tuple ids and never took the line, which says nothing of the next library."""
+    plan = select(matrix, [_replica_change(unrecorded=True)], ran=_saving_cells())
+    assert 1 in plan.levels, plan.reasons
+    assert not any(f"{ADAPTER}:6" in line for line in plan.unexecuted), plan.unexecuted
+    settled = select(matrix, [_replica_change(unrecorded=False)], ran=_saving_cells())
+    assert 1 not in settled.levels and any("no recorded cell ran" in line for line in settled.unexecuted)
+
+
+def test_a_mapping_helper_runs_where_other_mappings_hooks_ran(matrix: Matrix) -> None:
+    change = replace(_export_change(), functions=("MambaConv1dMapping.get_shard_idx",), scopes=("get_shard_idx",))
+    assert 1 not in select(matrix, [change], ran=_mappings(3)).levels
+    assert 1 in select(matrix, [change], ran=_mappings(2)).levels

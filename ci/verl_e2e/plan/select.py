@@ -120,7 +120,9 @@ class _Scan:
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
         hits, untaken = unrun.recorded_hits(self.ran, file)
-        if untaken is not None:
+        if untaken is not None and file.unrecorded_conditions:
+            hits = unrun.ran_around(self.ran, file)  # a kind, state or type the records cannot decide
+        elif untaken is not None:
             self.found.unexecuted[untaken] = None
             self.ran_around.add(file.path)
         shared = family_dir(file.path) in (None, *SHARED_DIRS)

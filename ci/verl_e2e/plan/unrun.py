@@ -52,6 +52,16 @@ def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran
     )
 
 
+def ran_around(ran: Sequence[Ran], file: ChangedFile) -> list[tuple[Ran, str]]:
+    """The recorded cells that ran the functions around a change they did not take, for lines under a
+    condition on the model's kind, the run's state or the type of what a caller hands over (an integer
+    replica id from another checkpointing version): the records cannot say no cell takes them, and the
+    cells that run their function are where they would run (a save path only Level 1 ran)."""
+    base = file.old_path or file.path
+    only, unnamed = file.methods_only, file.unnamed_methods
+    return executed(ran, base, file.scopes, False, file.functions, methods_only=only, unnamed_methods=unnamed)
+
+
 def never_ran(file: ChangedFile, ran: Sequence[Ran]) -> list[str]:
     """The changed functions (exact scopes) of shared code when each is an inner function whose enclosing
     function recorded cells ran and none of them ran it (a patch a disabled option never installs), else
@@ -91,17 +101,20 @@ MAPPING_HOOKS = ("hf_to_megatron", "megatron_to_hf")  # what the conversion loop
 
 
 def _mapping_hooks_ran_at(level: int, file: ChangedFile, done: set[str]) -> bool:
-    """A mapping class's conversion hook (`MambaInProjMapping.megatron_to_hf`) where the cells of `level`
-    ran that hook of at least MIN_LINE_RECORDS other classes of the same file: the conversion loop calls it
-    on whichever mappings a family's bridge registers, so the family that registers this one (no cell
+    """A mapping class's conversion hook (`MambaInProjMapping.megatron_to_hf`), or a helper of its
+    (`MambaConv1dMapping.get_shard_idx`), where the cells of `level` ran that hook (any hook, for a
+    helper) of at least MIN_LINE_RECORDS other classes of the same file: the conversion loop calls it on
+    whichever mappings a family's bridge registers, so the family that registers this one (no cell
     recorded it) runs it at the same point, at every build or weight sync."""
     if not file.functions or level != 0:
         return False
     for name in file.functions:
         cls, _, method = name.rpartition(".")
-        if "." in cls or not cls.endswith("Mapping") or method not in MAPPING_HOOKS:
+        if "." in cls or not cls.endswith("Mapping"):
             return False
-        if len({q for q in done if q.endswith(f"Mapping.{method}") and q.count(".") == 1} - {name}) < MIN_LINE_RECORDS:
+        hooks = MAPPING_HOOKS if method not in MAPPING_HOOKS else (method,)  # a helper runs where its hooks do
+        ran = {q for q in done if q.count(".") == 1 and q.endswith(tuple(f"Mapping.{h}" for h in hooks))}
+        if len({q.split(".")[0] for q in ran} - {cls}) < MIN_LINE_RECORDS:
             return False
     return True
 
