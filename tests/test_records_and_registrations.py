@@ -197,6 +197,7 @@ def _replica_change(unrecorded: bool) -> ChangedFile:
         base_lines=(6,),
         old_blob=blob_id(REPLICA.encode())[:10],
         unrecorded_conditions=unrecorded,
+        typed_conditions=unrecorded,
     )
 
 

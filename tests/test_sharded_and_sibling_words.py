@@ -135,21 +135,3 @@ def test_a_mapping_given_another_split_kind_is_read_as_a_tp_change(
     bridge = "src/megatron/bridge/models/falcon_h1/falconh1_bridge.py"
     rules = _rules(matrix, tmp_path, bridge, "def mapping_registry(self):", [f"-{old}", f"+{new}"])
     assert ("aspect:mapping-split-kind" in rules.get(2, set())) is split, rules
-
-
-@pytest.mark.parametrize(
-    ("line", "layout_word"),
-    [
-        ("        idx = {n: i + 1 for i, n in enumerate(sorted_global_param_names_all_pp_ranks)}", False),
-        ("        if self.tp_rank == 0:", True),
-        ("        src = self._pp_rank + 1", True),
-        ("        obj = self.broadcast_obj_from_pp_rank(obj, name)", True),
-    ],
-)
-def test_a_rank_is_parallel_layout_a_name_list_gathered_over_all_ranks_is_not(
-    matrix: Matrix, tmp_path: Path, line: str, layout_word: bool
-) -> None:
-    """probes-22: `sorted_global_param_names_all_pp_ranks` numbered from 1 fails every cell at load; it names
-    no rank of a layout."""
-    rules = _rules(matrix, tmp_path, MAPPING, "def build_conversion_tasks(self, model):", [f"-{line}x", f"+{line}"])
-    assert ("aspect:parallel-layout" in rules.get(2, set())) is layout_word, rules

@@ -131,6 +131,11 @@ def unrecorded_condition(tree: ast.Module, line: int, handed_over: bool = False)
     return any(f.search(ast.unparse(test)) for test in _tests_above(tree.body, line) for f in forms)
 
 
+def handed_over_condition(tree: ast.Module, line: int) -> bool:
+    """Whether a line runs under a test on the plain-data type of what its function was given."""
+    return any(_HANDED_OVER.search(ast.unparse(test)) for test in _tests_above(tree.body, line))
+
+
 def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
     """The tests a line runs under: of every `if`/`while` and conditional expression around it, and of
     the early-exit guards (`if not x: return`) before it in each block around it."""

@@ -73,6 +73,8 @@ class ChangedFile:
     named_before: bool = False
     # a changed line runs under a condition on the model's kind or the run's state (callsites.py): --repo
     unrecorded_conditions: bool = False
+    # ... one on the plain-data type of what a caller hands over (`isinstance(replica_id, int)`): --repo
+    typed_conditions: bool = False
 
     @property
     def paths(self) -> tuple[str, ...]:

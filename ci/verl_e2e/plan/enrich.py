@@ -119,6 +119,7 @@ def with_ast_scopes(
                 else (),
                 new_definitions=additions.still_new(f.new_definitions, before),
                 unrecorded_conditions=_unrecorded(before, d.removed_at) or _unrecorded(after, d.added_at),
+                typed_conditions=_typed(before, d.removed_at) or _typed(after, d.added_at),
             )
         )
     return out
@@ -127,6 +128,11 @@ def with_ast_scopes(
 def _unrecorded(source: bytes | None, lines: Sequence[int]) -> bool:
     tree = pyparse.tree(source) if source is not None and lines else None
     return tree is not None and any(callsites.unrecorded_condition(tree, n, handed_over=True) for n in lines)
+
+
+def _typed(source: bytes | None, lines: Sequence[int]) -> bool:
+    tree = pyparse.tree(source) if source is not None and lines else None
+    return tree is not None and any(callsites.handed_over_condition(tree, n) for n in lines)
 
 
 def with_architectures(

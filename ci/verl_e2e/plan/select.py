@@ -120,8 +120,8 @@ class _Scan:
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
         hits, untaken = unrun.recorded_hits(self.ran, file)
-        if untaken is not None and file.unrecorded_conditions:
-            hits = unrun.ran_around(self.ran, file)  # a kind, state or type the records cannot decide
+        if untaken is not None and file.typed_conditions:
+            hits = unrun.ran_around(self.ran, file)  # a type another library version may hand over
         elif untaken is not None:
             self.found.unexecuted[untaken] = None
             self.ran_around.add(file.path)

@@ -54,9 +54,10 @@ def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran
 
 def ran_around(ran: Sequence[Ran], file: ChangedFile) -> list[tuple[Ran, str]]:
     """The recorded cells that ran the functions around a change they did not take, for lines under a
-    condition on the model's kind, the run's state or the type of what a caller hands over (an integer
-    replica id from another checkpointing version): the records cannot say no cell takes them, and the
-    cells that run their function are where they would run (a save path only Level 1 ran)."""
+    test on the type of what a caller hands over (an integer replica id from another checkpointing
+    version): the records, all of one library version, cannot say no cell takes them, and the cells that
+    run their function are where they would run (a save path only Level 1 ran). Not for a kind or state
+    condition: every cell may share its state (verl initialises Megatron's parallel state first)."""
     base = file.old_path or file.path
     only, unnamed = file.methods_only, file.unnamed_methods
     return executed(ran, base, file.scopes, False, file.functions, methods_only=only, unnamed_methods=unnamed)
