@@ -51,6 +51,8 @@ def test_a_share_put_for_the_whole_is_a_sharded_extent(
         ('    k="model.layers.*.self_attn.k_proj.weight",', '    k="model.layers.*.self_attn.v_proj.weight",', True),
         ("    gate = w.chunk(2)[0]", "    up = w.chunk(2)[0]", True),
         ("    v = v.view(num_query_groups, head_size)", "    v = x.view(num_query_groups, head_size)", False),
+        # probes-25: Q is wider than K under grouped heads, so K's rows read from q_proj fail at load
+        ('    k="model.layers.*.self_attn.k_proj.weight",', '    k="model.layers.*.self_attn.q_proj.weight",', False),
         ("    v = v.view(num_query_groups, head_size)", "    v = v.reshape(num_query_groups, head_size)", False),
     ],
 )
@@ -135,3 +137,21 @@ def test_a_mapping_given_another_split_kind_is_read_as_a_tp_change(
     bridge = "src/megatron/bridge/models/falcon_h1/falconh1_bridge.py"
     rules = _rules(matrix, tmp_path, bridge, "def mapping_registry(self):", [f"-{old}", f"+{new}"])
     assert ("aspect:mapping-split-kind" in rules.get(2, set())) is split, rules
+
+
+@pytest.mark.parametrize(
+    ("line", "level5"),
+    [
+        ("        self.language_model.register_load_state_dict_post_hook(_ignore_extra_state)", False),
+        ("        handle = module.register_forward_hook(_scale_output)", True),
+        ("        param.register_post_accumulate_grad_hook(_reduce)", True),
+    ],
+)
+def test_a_hook_on_the_training_pass_computes_a_state_dict_hook_does_not(
+    matrix: Matrix, tmp_path: Path, line: str, level5: bool
+) -> None:
+    """probes-25: a load-state-dict post-hook dropped from Nemotron-Omni's language model changes what a resume
+    warns about, not what a step computes."""
+    path = "src/megatron/bridge/models/nemotron_omni/modeling_nemotron_omni.py"
+    rules = _rules(matrix, tmp_path, path, "def __init__(self, config):", [f"+{line}"])
+    assert ("aspect:learning-numerics" in rules.get(5, set())) is level5, rules

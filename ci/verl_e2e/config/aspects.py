@@ -285,8 +285,8 @@ def _crossed(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
 
 
 # names of tensors that have one shape in a model's layers: K and V under grouped-query attention, gate and
-# up of a gated MLP, Q and K where heads are not grouped
-_SIBLINGS = ({"q", "k", "v"}, {"query", "key", "value"}, {"gate", "up"}, {"w1", "w3"})
+# up of a gated MLP (Q is wider than K and V wherever heads are grouped: taken for one, it fails loudly)
+_SIBLINGS = ({"k", "v"}, {"key", "value"}, {"gate", "up"}, {"w1", "w3"})
 
 
 def _siblings(old: str, new: str) -> bool:
