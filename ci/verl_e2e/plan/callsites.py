@@ -122,18 +122,22 @@ _UNRECORDED = re.compile(
 # does. Not a module's or a wrapper's class (which LoRA targets verl sets decide), and not for a call
 # site: a helper called only on a type no cell met stays a helper no cell runs (a Mamba mixer's dimensions)
 _HANDED_OVER = re.compile(r"\bisinstance\([^,()]+,\s*\(?\s*(tuple|list|dict|str|bytes|int|float)\b")
+# the rank of a tensor handed over (a packed 3-D expert weight that only some models' adapters export): a
+# model's kind in all but name, for a changed line and for a call site alike
+_RANK = re.compile(r"\.ndim\b|\.dim\(\)")
 
 
 def unrecorded_condition(tree: ast.Module, line: int, handed_over: bool = False) -> bool:
     """Whether a line runs under a condition on the model's kind or the run's state (see above), or with
     `handed_over`, on the type of what its function was given."""
-    forms = (_UNRECORDED, _HANDED_OVER) if handed_over else (_UNRECORDED,)
+    forms = (_UNRECORDED, _RANK, _HANDED_OVER) if handed_over else (_UNRECORDED, _RANK)
     return any(f.search(ast.unparse(test)) for test in _tests_above(tree.body, line) for f in forms)
 
 
 def handed_over_condition(tree: ast.Module, line: int) -> bool:
-    """Whether a line runs under a test on the plain-data type of what its function was given."""
-    return any(_HANDED_OVER.search(ast.unparse(test)) for test in _tests_above(tree.body, line))
+    """Whether a line runs under a test on the plain-data type of what its function was given, or on the
+    rank of a tensor it was given."""
+    return any(f.search(ast.unparse(test)) for test in _tests_above(tree.body, line) for f in (_HANDED_OVER, _RANK))
 
 
 def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
