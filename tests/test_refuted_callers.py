@@ -89,3 +89,51 @@ def test_dense_cells_that_skipped_the_call_leave_it_to_the_moe_levels(tmp_path: 
     change = _with_callers(tmp_path, ran)
     assert refute_callers(matrix, change, ran) == change
     assert 4 in select(matrix, [change], ran=ran).levels
+
+
+CONVERT = """\
+def convert(weights):
+    if all(w.ndim != 3 for w in weights):
+        return {w.name: w for w in weights}
+    names = order([w.name for w in weights])
+    return dict(zip(names, weights))
+
+
+def order(names):
+    return sorted(names)
+"""
+
+
+def test_a_call_after_a_guard_on_a_tensors_rank_may_run(tmp_path: Path) -> None:
+    """probes-20, -22, -24: the HF adapter's packed-expert path runs after `if all(w.ndim != 3 ...): return`;
+    the saving cells' per-expert adapters always returned there, a packed-expert family's would not."""
+    blob = blob_id(CONVERT.encode())
+    ran = [
+        Ran(
+            1,
+            "save-resume",
+            fam,
+            "b",
+            "v",
+            {PEFT_BRIDGE: frozenset({"convert"})},
+            {PEFT_BRIDGE: frozenset({1, 2, 3})},
+            {PEFT_BRIDGE: blob},
+        )
+        for fam in ("qwen", "llama", "qwen3_moe")
+    ]
+    repo = _repo(tmp_path, {PEFT_BRIDGE: CONVERT})
+    read = lambda p: (repo / p).read_bytes() if (repo / p).exists() else None  # noqa: E731
+    change = ChangedFile(
+        PEFT_BRIDGE,
+        diff_lines=("    return sorted(names)", "    return list(names)"),
+        added_at=(9,),
+        module_level=False,
+        functions=("order",),
+    )
+    assert callsites.callers(repo, "HEAD", change, read=read, ran=ran, gates=set(), verl=set()) is None
+    plain = CONVERT.replace("w.ndim != 3", "w.name != 'x'")
+    repo2 = _repo(tmp_path / "plain", {PEFT_BRIDGE: plain})
+    ran2 = [replace(r, blobs={PEFT_BRIDGE: blob_id(plain.encode())}) for r in ran]
+    read2 = lambda p: (repo2 / p).read_bytes() if (repo2 / p).exists() else None  # noqa: E731
+    found = callsites.callers(repo2, "HEAD", change, read=read2, ran=ran2, gates=set(), verl=set())
+    assert isinstance(found, tuple) and [c.how for c in found] == ["untaken"], found

@@ -124,7 +124,7 @@ _UNRECORDED = re.compile(
 _HANDED_OVER = re.compile(r"\bisinstance\([^,()]+,\s*\(?\s*(tuple|list|dict|str|bytes|int|float)\b")
 # the rank of a tensor handed over (a packed 3-D expert weight that only some models' adapters export): a
 # model's kind in all but name, for a changed line and for a call site alike
-_RANK = re.compile(r"\.ndim\b|\.dim\(\)")
+_RANK = re.compile(r"(\.ndim\b|\.dim\(\))\s*(==|!=|>=|<=|>|<)\s*[2-9]")  # not a scalar check (`ndim == 0`)
 
 
 def unrecorded_condition(tree: ast.Module, line: int, handed_over: bool = False) -> bool:
