@@ -25,7 +25,9 @@ ANY = re.compile(r"\w")
             True,
         ),
         (["    a = x[0]", "    b = x[1]"], ["    a = x[1]", "    b = x[0]"], True),
-        (["    k_key: k,", "    v_key: v,"], ["    k_key: v,", "    v_key: v,"], False),  # one changed: no swap
+        (["    a_key: a,", "    b_key: b,"], ["    a_key: b,", "    b_key: b,"], False),  # one changed: no swap
+        # ... unless it is a same-shaped sibling's name: K's slot given V's tensor (aspects._siblings)
+        (["    k_key: k,", "    v_key: v,"], ["    k_key: v,", "    v_key: v,"], True),
         (["    a = f(x, 0)", "    b = f(x, 1)"], ["    a = f(x, 1)", "    b = f(x, 0)"], False),  # call arguments
         (["    a = x if c else y", "    b = y"], ["    a = y if c else x", "    b = x"], False),  # a choice
     ],
