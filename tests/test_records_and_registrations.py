@@ -17,6 +17,8 @@ from verl_e2e.plan.refuted import refuted
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.select import select
 
+from .recorded_cells import recorded
+
 LORA = "src/megatron/bridge/peft/lora.py"
 TRANSFORM = """\
 class LoRA:
@@ -31,20 +33,7 @@ CHANGED = 6  # the `num_local_experts=` line, under a test layout.py reads as th
 
 
 def _cells(family: str, taken: set[int], cells: int = 3) -> list[Ran]:
-    blob = blob_id(TRANSFORM.encode())
-    return [
-        Ran(
-            0,
-            "lora-ddp",
-            family,
-            "b",
-            "v",
-            {LORA: frozenset({"LoRA.transform"})},
-            {LORA: frozenset(taken)},
-            {LORA: blob},
-        )
-        for _ in range(cells)
-    ]
+    return recorded(LORA, TRANSFORM, {"LoRA.transform"}, taken, family=family, cells=cells)
 
 
 def _change() -> ChangedFile:
@@ -202,20 +191,10 @@ def _replica_change(unrecorded: bool) -> ChangedFile:
 
 
 def _saving_cells() -> list[Ran]:
-    blob = blob_id(REPLICA.encode())
-    functions = {ADAPTER: frozenset({"ParallelLinearAdapter._set_expert_replica_ids"})}
-    return [
-        Ran(
-            1,
-            "save-resume",
-            "qwen3_moe",
-            "b",
-            "v",
-            functions,
-            {ADAPTER: frozenset({1, 2, 3, 4, 5, 7})},
-            {ADAPTER: blob},
-        )
-    ]
+    function = "ParallelLinearAdapter._set_expert_replica_ids"
+    return recorded(
+        ADAPTER, REPLICA, {function}, {1, 2, 3, 4, 5, 7}, family="qwen3_moe", level=1, variant="save-resume"
+    )
 
 
 def test_lines_under_a_handed_over_type_run_where_their_function_ran(matrix: Matrix) -> None:

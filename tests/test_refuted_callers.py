@@ -17,6 +17,7 @@ from verl_e2e.plan.refuted import refute_callers
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.select import select
 
+from .recorded_cells import recorded
 from .test_uncalled_helpers import _repo
 
 PEFT_BRIDGE = "src/megatron/bridge/models/conversion/peft_bridge.py"
@@ -35,20 +36,7 @@ TAKEN = {1, 2, 3, 5}  # line 4, the call, never ran
 
 
 def _cells(family: str) -> list[Ran]:
-    blob = blob_id(SOURCE.encode())
-    return [
-        Ran(
-            0,
-            "lora-ddp",
-            family,
-            "b",
-            "v",
-            {PEFT_BRIDGE: frozenset(RAN)},
-            {PEFT_BRIDGE: frozenset(TAKEN)},
-            {PEFT_BRIDGE: blob},
-        )
-        for _ in range(3)
-    ]
+    return recorded(PEFT_BRIDGE, SOURCE, RAN, TAKEN, family=family, cells=3)
 
 
 def _change() -> ChangedFile:
@@ -107,19 +95,10 @@ def order(names):
 def test_a_call_after_a_guard_on_a_tensors_rank_may_run(tmp_path: Path) -> None:
     """probes-20, -22, -24: the HF adapter's packed-expert path runs after `if all(w.ndim != 3 ...): return`;
     the saving cells' per-expert adapters always returned there, a packed-expert family's would not."""
-    blob = blob_id(CONVERT.encode())
     ran = [
-        Ran(
-            1,
-            "save-resume",
-            fam,
-            "b",
-            "v",
-            {PEFT_BRIDGE: frozenset({"convert"})},
-            {PEFT_BRIDGE: frozenset({1, 2, 3})},
-            {PEFT_BRIDGE: blob},
-        )
+        r
         for fam in ("qwen", "llama", "qwen3_moe")
+        for r in recorded(PEFT_BRIDGE, CONVERT, {"convert"}, {1, 2, 3}, family=fam, level=1, variant="save-resume")
     ]
     repo = _repo(tmp_path, {PEFT_BRIDGE: CONVERT})
     read = lambda p: (repo / p).read_bytes() if (repo / p).exists() else None  # noqa: E731
