@@ -67,6 +67,8 @@ def test_a_moe_cell_that_ran_around_a_moe_only_block_and_skipped_it_refutes_the_
 def test_a_dense_cell_or_a_cell_that_took_the_block_refutes_nothing(matrix: Matrix) -> None:
     assert refuted(matrix, _change(), _cells("qwen", {1, 2, 3, 4, 5, 7})) is None  # no experts: not its layout
     assert refuted(matrix, _change(), _cells("qwen3_moe", {1, 2, 3, 4, 5, 6, 7})) is None  # it took the line
+    typed = replace(_change(), typed_conditions=True)  # also under a test on what a caller hands over
+    assert refuted(matrix, typed, _cells("qwen3_moe", {1, 2, 3, 4, 5, 7})) is None
     assert 4 in select(matrix, [_change()], ran=_cells("qwen", {1, 2, 3, 4, 5, 7})).levels
 
 

@@ -24,8 +24,9 @@ from verl_e2e.plan.runtime import Ran, executed
 def refuted(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> str | None:
     """Why no cell runs a change whose every changed line sits under layout conditions that the layout of
     a recorded cell with line records for the same base file satisfies, where that cell ran the code
-    around the change and none of the recorded cells took its lines; None otherwise."""
-    if not file.functions or file.module_level or not file.branches or not file.base_lines:
+    around the change and none of the recorded cells took its lines; None otherwise, and None under a test
+    on a handed-over type or tensor rank, which records of one library version and model kind cannot settle."""
+    if not file.functions or file.module_level or not file.branches or not file.base_lines or file.typed_conditions:
         return None
     base = file.old_path or file.path
     only, unnamed = file.methods_only, file.unnamed_methods
