@@ -96,6 +96,7 @@ class Hit:
     aspect: Aspect
     term: str  # the first text the pattern matched, quoted in the plan
     where: str  # what follows "in the" in a reason: "changed lines" or "name of SCOPE, which encloses the change"
+    scope: str = ""  # the enclosing scope whose name matched ("" for a match in the changed lines)
 
 
 class _Sets:
@@ -183,7 +184,7 @@ def find(
         m = aspect.pattern.search(names)
         if m:
             scope = names[names.rfind("\n", 0, m.start()) + 1 : (names.find("\n", m.end()) + 1 or len(names) + 1) - 1]
-            hits.append(Hit(aspect, m.group(0), f"name of {scope}, which encloses the change"))
+            hits.append(Hit(aspect, m.group(0), f"name of {scope}, which encloses the change", scope))
     return hits
 
 

@@ -281,7 +281,7 @@ def _class_named(hit: Hit, file: ChangedFile) -> bool:
     ran reads the HF weights at every build; `set_params_to_save` names what its own code decides."""
     functions = file.functions or ()
     owners = {part for n in functions for part in n.split(".")[:-1]}
-    return hit.where.startswith("name of ") and hit.where[len("name of ") :].split(",", 1)[0] in owners
+    return bool(hit.scope) and hit.scope in owners
 
 
 def uncalled(file: ChangedFile, why: str) -> str | None:
