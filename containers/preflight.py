@@ -68,6 +68,20 @@ OPTIONAL = {
     ),
 }
 
+# the same for what only some models need: need -> (module whose absence matters, overrides, limitation).
+# vLLM 0.24 runs a Gated DeltaNet model's prefill through FlashInfer's JIT-compiled kernel on Hopper unless
+# told otherwise (qwen_gdn_linear_attn._resolve_gdn_prefill_backend); without FlashInfer (or without nvcc
+# to compile it) the rollout server fails at its first prefill, so such a node uses FLA's Triton kernels,
+# which the model's Megatron side needs anyway (qwen3_next and qwen35_vl on the H200, 2026-12-04)
+MODEL_OPTIONAL = {
+    "fla": (
+        "flashinfer",
+        ["++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.gdn_prefill_backend=triton"],
+        "vLLM's Gated DeltaNet prefill on FLA's Triton kernels (gdn_prefill_backend=triton): flashinfer is "
+        "not installed",
+    ),
+}
+
 # module -> (what is missing, environment that avoids it, limitation recorded): vLLM's model runner
 # (V2, the default for some architectures such as Llama) imports FlashInfer for its sampler unless
 # told not to, and an environment without FlashInfer then fails at engine start-up
@@ -340,6 +354,11 @@ def decide(
             overrides += fixes
             limitations.append(limitation)
             notes.append(f"{what} missing: added {', '.join(fixes)}")
+    for need, (name, fixes, limitation) in MODEL_OPTIONAL.items():
+        if need in (needs or {}) and engine == "vllm" and not found.get(name):
+            overrides += fixes
+            limitations.append(limitation)
+            notes.append(f"{name} missing for the model's {need} layers: added {', '.join(fixes)}")
     cudnn = info.get("cudnn") or {}
     if cudnn.get("bundled") and cudnn.get("system"):
         b, s = (os.path.basename(cudnn[k][0]).removeprefix("libcudnn.so.") for k in ("bundled", "system"))

@@ -63,6 +63,18 @@ def test_preflight_turns_what_is_missing_into_overrides_and_limitations() -> Non
     assert len(limitations) == 2 and len(notes) == 2
 
 
+def test_a_gated_deltanet_model_without_flashinfer_prefills_on_triton() -> None:
+    gdn = "++actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.gdn_prefill_backend=triton"
+    found = dict(ALL_THERE, fla="/site/fla/__init__.py", flashinfer=None)
+    overrides, limitations, notes, blocking = preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.FLA)
+    assert blocking is None and gdn in overrides
+    assert any("Triton" in limitation for limitation in limitations)
+    assert gdn not in preflight.decide({"found": found, "engine": "vllm"})[0]  # a model without GDN layers
+    with_fi = dict(found, flashinfer="/site/flashinfer/__init__.py")
+    assert gdn not in preflight.decide({"found": with_fi, "engine": "vllm"}, needs=preflight.FLA)[0]
+    assert gdn not in preflight.decide({"found": found, "engine": "sglang"}, needs=preflight.FLA)[0]
+
+
 def test_preflight_blocks_what_verl_cannot_run_without() -> None:
     found = dict(ALL_THERE, vllm=None)
     *_, blocking = preflight.decide({"found": found, "engine": "vllm"})
