@@ -69,6 +69,7 @@ def test_a_gated_deltanet_model_without_flashinfer_prefills_on_triton() -> None:
     overrides, limitations, notes, blocking = preflight.decide({"found": found, "engine": "vllm"}, needs=preflight.FLA)
     assert blocking is None and gdn in overrides
     assert any("Triton" in limitation for limitation in limitations)
+    assert any(note.startswith("flashinfer missing") for note in notes)
     assert gdn not in preflight.decide({"found": found, "engine": "vllm"})[0]  # a model without GDN layers
     with_fi = dict(found, flashinfer="/site/flashinfer/__init__.py")
     assert gdn not in preflight.decide({"found": with_fi, "engine": "vllm"}, needs=preflight.FLA)[0]
