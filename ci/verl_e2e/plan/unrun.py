@@ -179,6 +179,24 @@ def off_layout(matrix: Matrix, file: ChangedFile, retested: bool = False) -> set
     return {lv for lv in {c.level for c in pr_cells} if lv > 0} - taken - deciding
 
 
+# methods Megatron's pipeline schedule calls with the previous stage's output (schedules.py forward_step):
+# at PP = 1 the only stage embeds its own input and never reads what it was handed
+PIPELINE_INPUT = frozenset({"set_input_tensor"})
+
+
+def pipeline_input_only(matrix: Matrix, file: ChangedFile) -> set[int]:
+    """The levels above 0 whose PR cells all run one pipeline stage, where every changed function is a
+    pipeline-input method: those cells call it and see nothing of what it now does, so only a record
+    that they run the code keeps them (collector.Narrowed's `same`). Empty for anything else."""
+    known = file.functions if file.functions is not None else file.scopes  # `plan --diff`: the hunks' scopes
+    names = {n.replace(".<locals>", "").rsplit(".", 1)[-1] for n in known}
+    if not names or not names <= PIPELINE_INPUT or file.module_level or not file.path.startswith("src/"):
+        return set()
+    pr_cells = [c for c in layout.cell_layouts(matrix, every_kind=True) if not c.scheduled]
+    staged = {c.level for c in pr_cells if c.layout.pp > 1}
+    return {c.level for c in pr_cells if c.level > 0} - staged
+
+
 def save_only(matrix: Matrix, file: ChangedFile, ran: Sequence[Ran]) -> set[int]:
     """The levels none of whose cells saves or resumes, where every changed function ran only in
     recorded save/resume cells (Level 1's) and in none of the many other recorded cells: code of the
