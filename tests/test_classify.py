@@ -242,3 +242,15 @@ def test_a_traceback_logged_through_a_logging_prefix_keeps_its_root() -> None:
     ev = _ev(text)
     assert (ev.exception or {}).get("type") == "ValueError", ev.exception
     assert ev.failure_class == "setup", (ev.failed_in, ev.failure_signature)
+
+
+def test_a_version_guard_in_a_training_step_is_the_environment_and_a_warning_is_not() -> None:
+    fla = "/site/fla/ops/common/chunk_o.py"
+    step = (("forward_backward_batch", f"{VERL}/workers/engine/megatron/transformer_impl.py"), ("chunk_bwd", fla))
+    guard = "Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces wrong results. Please upgrade Triton to >= 3.7.1"
+    ev = _ev(V.python_traceback("RuntimeError", guard, step))
+    assert (ev.failure_class, ev.failure_signature) == ("setup", "dependency-version")
+    warned = "UserWarning: Please install apex for the fused kernels\n" + V.python_traceback(
+        "TypeError", "provide() got an unexpected keyword argument 'x'", (("provide", f"{BRIDGE}/models/gpt_provider.py"),)
+    )
+    assert _ev(warned).failure_class == "model_build"

@@ -29,6 +29,7 @@ PASSING = {  # archive -> (level, family, checks that must be Pass beside the tw
     "l4vlm-qwen_vl": (4, "qwen_vl", ()),
     "l1-qwen_vl": (1, "qwen_vl", ("saves", "resume")),
     "l3-qwen": (3, "qwen", ()),  # full-parameter, as the variant now runs
+    "l4mtp-hy_v3": (4, "hy_v3", ("mtp_trained",)),  # merged adapters, the MTP key num_nextn_predict_layers
 }
 
 

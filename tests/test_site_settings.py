@@ -222,6 +222,17 @@ def test_validate_lists_every_cross_field_problem(subproc, tmp_path: Path) -> No
     assert "defaults.family" in result.err and "appears twice" in result.err and "aspects[0].pattern" in result.err
 
 
+def test_a_kind_family_that_cannot_run_is_refused(subproc, tmp_path: Path) -> None:
+    """Shared MTP or GDN code is planned onto `kind_families`; a family with a cannot_run record there would
+    turn every such change into "cannot run" (qwen35, 2026-12-05)."""
+    doc = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    doc["defaults"]["kind_families"]["gdn"] = "qwen35"
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    result = subproc("validate", str(bad))
+    assert result.code == 2 and "kind_families.gdn" in result.err and "cannot_run" in result.err
+
+
 def test_plan_refuses_a_model_that_is_not_a_checkpoint_id(subproc) -> None:
     result = subproc("plan", "--levels", "0", "--model", "not a model")
     assert result.code == 2 and "not a checkpoint id" in result.err

@@ -45,6 +45,12 @@ def _families(doc: Mapping[str, Any], source: str, problems: list[str]) -> None:
                 f"{source}::$.defaults.kind_families.{kind}: found {fam!r}, expected a key of $.families"
                 f"{did_you_mean(str(fam), families)}"
             )
+        elif isinstance(families.get(fam), dict) and families[fam].get("cannot_run"):
+            # every shared change of that kind would be planned onto a family whose cells cannot run
+            problems.append(
+                f"{source}::$.defaults.kind_families.{kind}: {fam!r} has a cannot_run record; expected a family "
+                "whose cells run"
+            )
     owner: dict[str, str] = {}
     for name, node in families.items():
         for arch in node.get("architectures", []):
