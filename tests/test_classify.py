@@ -251,6 +251,8 @@ def test_a_version_guard_in_a_training_step_is_the_environment_and_a_warning_is_
     ev = _ev(V.python_traceback("RuntimeError", guard, step))
     assert (ev.failure_class, ev.failure_signature) == ("setup", "dependency-version")
     warned = "UserWarning: Please install apex for the fused kernels\n" + V.python_traceback(
-        "TypeError", "provide() got an unexpected keyword argument 'x'", (("provide", f"{BRIDGE}/models/gpt_provider.py"),)
+        "TypeError",
+        "provide() got an unexpected keyword argument 'x'",
+        (("provide", f"{BRIDGE}/models/gpt_provider.py"),),
     )
     assert _ev(warned).failure_class == "model_build"
