@@ -114,15 +114,20 @@ def picks(
     and the lines no cell runs, on each family the file's change runs on."""
     recorded = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
     branches = [b for b in file.branches if reached(b.function, recorded)]
+    # a branch in code no record reached selects no cell, but one no layout takes runs nowhere whether its
+    # function is verl's or not (a CP > 1 branch of a family that has never run)
+    unreached = [b for b in file.branches if b not in branches]
     chosen: list[tuple[int, str, str, str]] = []
     unexecuted: list[str] = []
-    every = [c for c in layout.cell_layouts(fams.matrix, every_kind=True) if c not in cells] if branches else []
-    for fam in fams.targets(file.path, file, changed=True) if branches else []:
-        for out in outcomes(cells, branches, fams.matrix.families[fam].has("moe"), every):
+    every = [c for c in layout.cell_layouts(fams.matrix, every_kind=True) if c not in cells] if file.branches else []
+    for fam in fams.targets(file.path, file, changed=True) if file.branches else []:
+        moe = fams.matrix.families[fam].has("moe")
+        for out in outcomes(cells, branches, moe, every):
             kind = "all" if out.cell is None else out.cell.kind
             target = fam if kind == "all" else fams.kind_family(fam, kind)
             if out.cell is None or target is None:
                 unexecuted.append(out.unexecuted(file.path))
             else:
                 chosen.append((out.cell.level, target, kind, out.why()))
-    return chosen, unexecuted
+        unexecuted += [out.unexecuted(file.path) for out in outcomes(cells, unreached, moe, every) if out.cell is None]
+    return chosen, list(dict.fromkeys(unexecuted))

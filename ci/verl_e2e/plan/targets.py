@@ -104,9 +104,18 @@ class Targets:
         found = {f.name: f for a in file.serves if (f := self.matrix.family_for_architecture(a)) is not None}
         if not found or self.matrix.defaults.family in found:
             return None
-        # a family that can run in verl first (a Level 0 cell of one that cannot plans nothing), then a
-        # plain dense model
-        return min(found, key=lambda n: (found[n].blocked("all") is not None, len(active_flags(found[n])), n))
+        # the plainest of them (fewest MoE/VLM/MTP flags); where that one cannot run in verl (a Level 0 cell of
+        # it plans nothing), the runnable one closest to it: all of its flags, then the fewest others (Qwen3.5
+        # text -> Qwen3-Next, of its directory, not Qwen3-VL, which lacks the Gated DeltaNet layers the code serves)
+        best = min(found, key=lambda n: (len(active_flags(found[n])), n))
+        runnable = [n for n in found if found[n].blocked("all") is None]
+        if best in runnable or not runnable:
+            return best
+        want, home = active_flags(found[best]), found[best].dir
+        return min(
+            runnable,
+            key=lambda n: (not want <= active_flags(found[n]), found[n].dir != home, len(active_flags(found[n])), n),
+        )
 
     def no_family(self, path: str, file: ChangedFile, levels: Iterable[int]) -> None:
         for arch in file.architectures or ():
