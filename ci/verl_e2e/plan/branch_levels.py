@@ -115,8 +115,9 @@ def picks(
     recorded = {q.replace(".<locals>", "") for r in ran for p in file.paths for q in r.functions.get(p, ())}
     branches = [b for b in file.branches if reached(b.function, recorded)]
     # a branch in code no record reached selects no cell, but one no layout takes runs nowhere whether its
-    # function is verl's or not (a CP > 1 branch of a family that has never run)
-    unreached = [b for b in file.branches if b not in branches]
+    # function is verl's or not (a CP > 1 branch of a family that has never run); the head side only: a
+    # deleted definition's lines are gone, not unexecuted
+    unreached = [b for b in file.branches if b not in branches and not b.removed]
     chosen: list[tuple[int, str, str, str]] = []
     unexecuted: list[str] = []
     every = [c for c in layout.cell_layouts(fams.matrix, every_kind=True) if c not in cells] if file.branches else []
