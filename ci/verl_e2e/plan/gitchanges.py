@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from verl_e2e.errors import UsageError
-from verl_e2e.plan import callsites, gated, runtime, users
+from verl_e2e.plan import callsites, gated, importbreak, runtime, users
 from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change, parse_name_status
-from verl_e2e.plan.diffs import parse_unified_diff
+from verl_e2e.plan.diffs import FileDiff, parse_unified_diff
 from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
 from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.registry import SHARED
@@ -138,6 +138,7 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
         for f in files
     ]
     files = _with_callers(repo, merge_base, files)
+    files = [_import_break(repo, head_sha, f, new.get(f.path), diffs) for f in files]
     wanted = any(f.path.startswith(MODELS) or f.symbols for f in files)
     models = _head_models(repo, head_sha) if wanted else None
     if models:
@@ -153,6 +154,17 @@ def _serves(file: ChangedFile, source: bytes | None, models: dict[str, bytes]) -
     recorded = [r.functions[file.path] for r in runtime.shipped() if file.path in r.functions]
     ran = frozenset().union(*recorded) if recorded else None
     return replace(file, serves=users.architectures(file.path, names, source, models, ran))
+
+
+def _import_break(
+    repo: Path, head: str, file: ChangedFile, source: bytes | None, diffs: dict[str, FileDiff]
+) -> ChangedFile:
+    """The head tree's answer to whether the changed module still imports (importbreak.py)."""
+    d = diffs.get(file.path)
+    if d is None or file.status == "D" or file.cosmetic or not file.path.startswith("src/"):
+        return file
+    read = lambda p: _blobs(repo, [f"{head}:{p}"]).get(f"{head}:{p}")  # noqa: E731
+    return replace(file, import_break=importbreak.why(file.path, source, d.added_at, read))
 
 
 def _head_models(repo: Path, head: str) -> dict[str, bytes]:

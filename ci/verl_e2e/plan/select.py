@@ -97,6 +97,8 @@ class _Scan:
                 self.found.cosmetic.append(file.path)
             elif file.log_only and file.path not in escalated:
                 self.found.off_surface[file.path] = quiet.SAID
+            elif file.import_break is not None:  # every cell fails at import: Level 0 on any family says so
+                self.col.add(0, self.matrix.defaults.family, {"all"}, ("import-time", file.import_break), file.path)
             elif unbuilt is not None or (unbuilt := newcode.unimported(file, files)) is not None:
                 _unreached(self.found, file, unbuilt)
             elif nowhere is not None:

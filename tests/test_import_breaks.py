@@ -1,0 +1,63 @@
+"""A change that stops a module from importing fails every cell at `import megatron.bridge`: Level 0 says so
+on any family, a family's Level 4 adds nothing (probes-25 and -27: an imported name the module lacks, a
+dataclass field without a default after defaulted ones, a list default). Read from the head tree."""
+
+from __future__ import annotations
+
+from verl_e2e.plan.importbreak import why
+
+UTILS = "src/megatron/bridge/utils/common_utils.py"
+AUDIO = "src/megatron/bridge/models/qwen_audio/modeling_qwen2_audio.py"
+TREE = {
+    UTILS: b"def hook_hf_module_setattr_for_tp_grad_sync(m):\n    return m\n\nCONST = 1\n",
+    "src/megatron/bridge/utils/__init__.py": b"",
+    "src/megatron/bridge/utils/lazy.py": b"def __getattr__(name):\n    return name\n",
+}
+
+
+def _read(path: str) -> bytes | None:
+    return TREE.get(path)
+
+
+def _module(imported: str) -> bytes:
+    return (
+        f"import torch\n\nfrom megatron.bridge.utils.common_utils import {imported}\n\n\nclass A:\n    pass\n".encode()
+    )
+
+
+def test_an_import_of_a_name_the_module_lacks_breaks_every_cell() -> None:
+    said = why(AUDIO, _module("hook_hf_module_setattr_for_tp_sync"), [3], _read)
+    assert said is not None and "hook_hf_module_setattr_for_tp_sync" in said and UTILS in said
+    assert why(AUDIO, _module("hook_hf_module_setattr_for_tp_grad_sync"), [3], _read) is None
+    assert why(AUDIO, _module("CONST"), [3], _read) is None
+
+
+def test_a_submodule_a_getattr_module_or_an_unchanged_line_is_not_a_break() -> None:
+    sub = b"from megatron.bridge.utils import common_utils\n"
+    assert why(AUDIO, sub, [1], _read) is None
+    lazy = b"from megatron.bridge.utils.lazy import anything\n"
+    assert why(AUDIO, lazy, [1], _read) is None
+    assert why(AUDIO, _module("missing_name"), [7], _read) is None  # the changed line is elsewhere
+    outside = b"from transformers import NoSuchThing\n"
+    assert why(AUDIO, outside, [1], _read) is None  # not Bridge's: its version decides
+
+
+def test_a_guarded_import_is_left_alone() -> None:
+    guarded = (
+        b"try:\n    from megatron.bridge.utils.common_utils import missing\nexcept ImportError:\n    missing = None\n"
+    )
+    assert why(AUDIO, guarded, [2], _read) is None
+
+
+def test_dataclass_field_order_and_list_defaults_break_at_class_definition() -> None:
+    head = "from dataclasses import dataclass, field\n\n\n@dataclass\nclass P:\n    a: int = 1\n"
+    assert "without a default" in (why(AUDIO, (head + "    b: bool\n").encode(), [7], _read) or "")
+    assert "list, dict or set default" in (why(AUDIO, (head + "    b: list = [1]\n").encode(), [7], _read) or "")
+    assert why(AUDIO, (head + "    b: list = field(default_factory=list)\n").encode(), [7], _read) is None
+    kw = head.replace("@dataclass", "@dataclass(kw_only=True)") + "    b: bool\n"
+    assert why(AUDIO, kw.encode(), [7], _read) is None
+    assert why(AUDIO, b"class P:\n    a: int = 1\n    b: bool\n", [3], _read) is None  # not a dataclass
+
+
+def test_a_file_that_no_longer_parses_breaks_every_cell() -> None:
+    assert "no longer parses" in (why(AUDIO, b"def f(:\n    pass\n", [1], _read) or "")
