@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# A batch of cells on a GPU node that can only be reached through small transfers (a lent machine that takes
+# a few tens of MiB per call and is given back after a short idle time): the wheel set and sources travel as
+# parts of one tar, the batch runs detached, and a poll returns what is there as one tgz.
+#
+#   tools/node_batch.sh split BUNDLE_DIR PARTS_DIR [MIB]     (here) tar BUNDLE_DIR (wheels/, src/*.tgz,
+#                                                            make-tiny-assets.py) into MIB-sized parts + SHA256
+#   tools/node_batch.sh start PARTS_DIR WORK ENTRIES_FILE [FAMILY...]
+#                                                            (node) join and check the parts, set WORK up with
+#                                                            tools/offline_node.sh, build FAMILY's tiny models
+#                                                            (all where none is named), run ENTRIES_FILE's
+#                                                            LABEL:MUTATION:CELL[...] lines with
+#                                                            tools/parallel_runs.sh; start it with setsid
+#   tools/node_batch.sh poll WORK SECONDS OUT_DIR            (node) wait for the batch up to SECONDS, printing
+#                                                            each finished cell's verdict, then pack the run
+#                                                            dirs, logs and tiny-model report into OUT_DIR
+#
+# The parts, not the node, are the durable copy: a node given back loses /tmp and WORK, so `start` takes
+# everything from PARTS_DIR and the checkout. WORK must lie outside /tmp for parallel cells (parallel_runs.sh).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cmd=${1:-}
+[ -n "$cmd" ] || { echo "node_batch.sh: expected split, start or poll (see the header)" >&2; exit 2; }
+shift
+
+split_bundle() {
+  local bundle=${1:?BUNDLE_DIR} parts=${2:?PARTS_DIR} mib=${3:-26}
+  [ -d "$bundle/wheels" ] && [ -d "$bundle/src" ] || {
+    echo "node_batch.sh split: $bundle needs wheels/ and src/; lay out the wheel set and the two tarballs there" >&2
+    exit 2
+  }
+  mkdir -p "$parts" && rm -f "$parts"/part-* "$parts/BUNDLE_SHA"
+  tar cf - -C "$bundle" . | split -b "${mib}M" -d -a 2 - "$parts/part-"
+  cat "$parts"/part-* | sha256sum | cut -c1-64 > "$parts/BUNDLE_SHA"
+  echo "node_batch.sh: $(find "$parts" -name 'part-*' | wc -l) parts of ${mib} MiB in $parts"
+}
+
+start_batch() {
+  local parts=${1:?PARTS_DIR} work=${2:?WORK} entries=${3:?ENTRIES_FILE}
+  shift 3
+  local logs="$work/batch" unpacked="$work/bundle"
+  mkdir -p "$logs"
+  rm -f "$logs/done"
+  {
+    date -u
+    if [ ! -d "$unpacked/wheels" ]; then
+      local want got
+      want=$(cat "$parts/BUNDLE_SHA") got=$(cat "$parts"/part-* | sha256sum | cut -c1-64)
+      if [ "$want" != "$got" ]; then
+        echo "node_batch.sh: the parts join to $got, expected $want: a part is missing or short; send it again"
+        touch "$logs/done"
+        exit 1
+      fi
+      mkdir -p "$unpacked" && cat "$parts"/part-* | tar xf - -C "$unpacked"
+    fi
+    local t0=$SECONDS verl bridge
+    verl=$(find "$unpacked/src" -name 'verl-*.tgz' | head -1)
+    bridge=$(find "$unpacked/src" -name 'megatron-bridge-*.tgz' | head -1)
+    if [ ! -d "$work/site" ]; then
+      SKIP_TINY=1 bash "$repo/tools/offline_node.sh" setup "$work" "$unpacked/wheels" "$verl" "$bridge" \
+        "$unpacked/make-tiny-assets.py" ${MEGATRON_LM_COMMIT:+"$MEGATRON_LM_COMMIT"}
+      echo "SETUP rc=$? $((SECONDS - t0)) s"
+    fi
+    t0=$SECONDS
+    local only=()
+    for fam in "$@"; do only+=(--family "$fam"); done
+    PYTHONPATH="$repo/ci:$work/site" python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" \
+      --tokenizer "$work/assets/tiny/qwen2" "${only[@]}" --report "$work/tiny-models.json" > "$logs/tiny.log" 2>&1
+    echo "TINY rc=$? $((SECONDS - t0)) s"
+    local cells=()
+    mapfile -t cells < <(grep -v '^\s*\(#\|$\)' "$entries")
+    bash "$repo/tools/parallel_runs.sh" "$work" "${cells[@]}"
+    echo "BATCH DONE"
+    date -u
+  } > "$logs/batch.log" 2>&1
+  touch "$logs/done"
+}
+
+poll_batch() {
+  local work=${1:?WORK} limit=${2:?SECONDS} out=${3:?OUT_DIR} t0=$SECONDS
+  local logs="$work/batch"
+  while [ $((SECONDS - t0)) -lt "$limit" ] && [ ! -e "$logs/done" ]; do
+    sleep 20
+    echo "--- $((SECONDS - t0)) s: $(tail -1 "$logs/batch.log" 2>/dev/null | cut -c1-160)"
+  done
+  [ -e "$logs/done" ] && echo "BATCH FINISHED"
+  for verdict in "$work"/runs/*/verdict.json; do
+    [ -e "$verdict" ] || continue
+    python3 - "$verdict" <<'PY'
+import json, sys
+from pathlib import Path
+v = json.loads(Path(sys.argv[1]).read_text())
+print(Path(sys.argv[1]).parent.name, v.get("result"), v.get("failure_class"), v.get("duration_s"), (v.get("exception") or "")[:160])
+PY
+  done
+  mkdir -p "$out"
+  local what=()
+  for p in runs tiny-models.json batch; do [ -e "$work/$p" ] && what+=("$p"); done
+  for log in "$work"/log-*.txt; do [ -e "$log" ] && what+=("$(basename "$log")"); done
+  tar czf "$out/batch-$(date -u +%H%M%S).tgz" -C "$work" "${what[@]}" && ls -l "$out"
+}
+
+case $cmd in
+  split) split_bundle "$@" ;;
+  start) start_batch "$@" ;;
+  poll) poll_batch "$@" ;;
+  *) echo "node_batch.sh: unknown command $cmd; expected split, start or poll" >&2; exit 2 ;;
+esac
