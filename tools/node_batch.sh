@@ -25,10 +25,10 @@ shift
 
 split_bundle() {
   local bundle=${1:?BUNDLE_DIR} parts=${2:?PARTS_DIR} mib=${3:-26}
-  [ -d "$bundle/wheels" ] && [ -d "$bundle/src" ] || {
+  if [ ! -d "$bundle/wheels" ] || [ ! -d "$bundle/src" ]; then
     echo "node_batch.sh split: $bundle needs wheels/ and src/; lay out the wheel set and the two tarballs there" >&2
     exit 2
-  }
+  fi
   mkdir -p "$parts" && rm -f "$parts"/part-* "$parts/BUNDLE_SHA"
   tar cf - -C "$bundle" . | split -b "${mib}M" -d -a 2 - "$parts/part-"
   cat "$parts"/part-* | sha256sum | cut -c1-64 > "$parts/BUNDLE_SHA"
