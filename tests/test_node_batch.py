@@ -69,3 +69,8 @@ def test_poll_packs_what_is_there_and_says_whether_the_batch_ended(tmp_path: Pat
 def test_no_command_is_one_clear_line() -> None:
     done = _bash()
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "split, start or poll" in done.stderr
+
+
+def test_a_bundle_without_its_layout_is_refused(tmp_path: Path) -> None:
+    done = _bash("split", str(tmp_path), str(tmp_path / "parts"))
+    assert done.returncode == 2 and "needs wheels/ and src/" in done.stderr and not (tmp_path / "parts").exists()
