@@ -45,7 +45,7 @@ def _families(doc: Mapping[str, Any], source: str, problems: list[str]) -> None:
                 f"{source}::$.defaults.kind_families.{kind}: found {fam!r}, expected a key of $.families"
                 f"{did_you_mean(str(fam), families)}"
             )
-        elif isinstance(families.get(fam), dict) and families[fam].get("cannot_run"):
+        elif _blocks_every_kind(families.get(fam)):
             # every shared change of that kind would be planned onto a family whose cells cannot run
             problems.append(
                 f"{source}::$.defaults.kind_families.{kind}: {fam!r} has a cannot_run record; expected a family "
@@ -116,3 +116,9 @@ def _architectures(doc: Mapping[str, Any], source: str, problems: list[str]) -> 
                 f"{source}::$.aspects[{i}].architecture: {arch!r} has no family; add "
                 f"defaults.kind_families.{arch} (a family whose model has such layers)"
             )
+
+
+def _blocks_every_kind(node: object) -> bool:
+    """A family whose cannot_run record holds for every kind of its cells (no `kinds` limit)."""
+    record = node.get("cannot_run") if isinstance(node, dict) else None
+    return isinstance(record, dict) and not record.get("kinds")

@@ -80,8 +80,7 @@ class _Scan:
         whole = self.col
         for file in (refute_callers(matrix, f, ran) for f in files):
             off, unsaved = unrun.off_layout(matrix, file), unrun.save_only(matrix, file, ran)
-            same = unrun.off_layout(matrix, file, retested=True) | unrun.pipeline_input_only(matrix, file)
-            self.col = collector.Narrowed(whole, off, unsaved, same - off)
+            self.col = collector.Narrowed(whole, off, unsaved, unrun.off_layout(matrix, file, retested=True) - off)
             group = next((g for g, ps in matrix.ignore if all(ps.matches(p) for p in file.paths)), None)
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)

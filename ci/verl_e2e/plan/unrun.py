@@ -162,7 +162,12 @@ def off_layout(matrix: Matrix, file: ChangedFile, retested: bool = False) -> set
     line sits under layout conditions (a TP > 1 branch: Levels 1, 3 and 5 run at TP=1 and would not
     take it, whatever their path rules or words say). Empty where any line is unconditional.
     `retested`: a rewritten layout test counts as such a line, and its cells are those that decide it
-    otherwise than before (retests.py): the others run it and see no difference."""
+    otherwise than before (retests.py): the others run it and see no difference; so do the one-stage
+    cells of a change only to a pipeline-input method (`pipeline_input_only`)."""
+    return _off_layout(matrix, file, retested) | (pipeline_input_only(matrix, file) if retested else set())
+
+
+def _off_layout(matrix: Matrix, file: ChangedFile, retested: bool) -> set[int]:
     if not file.path.startswith("src/") or file.diff_lines is None:
         return set()
     removed = file.diff_lines[: len(file.diff_lines) - len(file.added_at)]
