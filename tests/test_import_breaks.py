@@ -57,6 +57,10 @@ def test_dataclass_field_order_and_list_defaults_break_at_class_definition() -> 
     kw = head.replace("@dataclass", "@dataclass(kw_only=True)") + "    b: bool\n"
     assert why(AUDIO, kw.encode(), [7], _read) is None
     assert why(AUDIO, b"class P:\n    a: int = 1\n    b: bool\n", [3], _read) is None  # not a dataclass
+    no_default = head.replace("a: int = 1", "a: int = field(init=False)") + "    b: bool\n"
+    assert why(AUDIO, no_default.encode(), [7], _read) is None  # field() without a default is none
+    kw_field = head + "    b: bool = field(kw_only=True)\n    c: int = 2\n    d: bool\n"
+    assert "`d` without a default" in (why(AUDIO, kw_field.encode(), [9], _read) or "")
 
 
 def test_a_file_that_no_longer_parses_breaks_every_cell() -> None:

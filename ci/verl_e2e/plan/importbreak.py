@@ -101,11 +101,33 @@ def _field_order(node: ast.ClassDef) -> str | None:
             continue
         if isinstance(st.value, (ast.List, ast.Dict, ast.Set)):
             return f"dataclass {node.name} gives `{st.target.id}` a list, dict or set default"
-        if st.value is not None:
+        if _keyword_only(st.value):
+            continue
+        if _has_default(st.value):
             defaulted = defaulted or st.target.id
         elif defaulted is not None:
             return f"dataclass {node.name} declares `{st.target.id}` without a default after `{defaulted}` with one"
     return None
+
+
+def _field_call(value: ast.expr | None) -> ast.Call | None:
+    if not isinstance(value, ast.Call):
+        return None
+    name = getattr(value.func, "id", None) or getattr(value.func, "attr", None)
+    return value if name == "field" else None
+
+
+def _has_default(value: ast.expr | None) -> bool:
+    """`= x` gives a default; `= field(...)` only with `default=` or `default_factory=`."""
+    call = _field_call(value)
+    return value is not None and (call is None or any(k.arg in ("default", "default_factory") for k in call.keywords))
+
+
+def _keyword_only(value: ast.expr | None) -> bool:
+    call = _field_call(value)
+    return call is not None and any(
+        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords
+    )
 
 
 def _is_dataclass(dec: ast.expr) -> bool:
