@@ -442,3 +442,25 @@ def test_code_verl_imports_but_never_calls_is_named_as_lines_no_cell_executes(ma
     assert any(
         n.startswith(f"changed lines no cell executes: {path}:269 (not on verl's surface") for n in sel.unexecuted
     )
+
+
+def test_an_import_of_another_modules_namesake_is_no_use_at_home() -> None:
+    """probes-28: Bridge's `HeterogeneousTransformerConfig` sits beside Megatron's class of that name, which
+    the file imports under an alias; only Llama-Nemotron's provider builds on Bridge's, so a change to it
+    serves that architecture, not every model."""
+    path = "src/megatron/bridge/models/transformer_config.py"
+    source = (
+        b"from megatron.core import (\n    HeterogeneousTransformerConfig as MCoreHeterogeneousTransformerConfig,\n)\n"
+        b"\n\nclass HeterogeneousTransformerConfig(MCoreHeterogeneousTransformerConfig):\n"
+        b"    def get_config_for_layer(self, n):\n        return n - 1\n"
+    )
+    models = {
+        path: source,
+        "src/megatron/bridge/models/llama_nemotron/llama_nemotron_bridge.py": b"from megatron.bridge.models."
+        b"llama_nemotron.llama_nemotron_provider import P\n\n\n@MegatronModelBridge.register_bridge("
+        b"source='DeciLMForCausalLM')\nclass LlamaNemotronBridge:\n    pass\n",
+        "src/megatron/bridge/models/llama_nemotron/llama_nemotron_provider.py": b"from megatron.bridge.models."
+        b"transformer_config import HeterogeneousTransformerConfig\n\n\nclass P(HeterogeneousTransformerConfig):\n    pass\n",
+    }
+    words = users.symbols(source, [8])
+    assert users.architectures(path, words, source, models) == ("DeciLMForCausalLM",)

@@ -1,10 +1,14 @@
-"""A change that stops a module from importing fails every cell at `import megatron.bridge`: Level 0 says so
-on any family, a family's Level 4 adds nothing (probes-25 and -27: an imported name the module lacks, a
+"""A change that stops a module from importing fails every cell that imports it: the cheapest recorded
+cell that does says so (Level 0 for what `import megatron.bridge` pulls in), a family's Level 4 adds nothing (probes-25 and -27: an imported name the module lacks, a
 dataclass field without a default after defaulted ones, a list default). Read from the head tree."""
 
 from __future__ import annotations
 
+from verl_e2e.config.matrix import Matrix
+from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.importbreak import why
+from verl_e2e.plan.runtime import Ran
+from verl_e2e.plan.select import select
 
 UTILS = "src/megatron/bridge/utils/common_utils.py"
 AUDIO = "src/megatron/bridge/models/qwen_audio/modeling_qwen2_audio.py"
@@ -56,6 +60,8 @@ def test_dataclass_field_order_and_list_defaults_break_at_class_definition() -> 
     assert why(AUDIO, (head + "    b: list = field(default_factory=list)\n").encode(), [7], _read) is None
     kw = head.replace("@dataclass", "@dataclass(kw_only=True)") + "    b: bool\n"
     assert why(AUDIO, kw.encode(), [7], _read) is None
+    kw_list = head.replace("@dataclass", "@dataclass(kw_only=True)") + "    b: list[int] = [0]\n"
+    assert "list, dict or set default" in (why(AUDIO, kw_list.encode(), [7], _read) or "")  # probes-28
     assert why(AUDIO, b"class P:\n    a: int = 1\n    b: bool\n", [3], _read) is None  # not a dataclass
     no_default = head.replace("a: int = 1", "a: int = field(init=False)") + "    b: bool\n"
     assert why(AUDIO, no_default.encode(), [7], _read) is None  # field() without a default is none
@@ -65,3 +71,24 @@ def test_dataclass_field_order_and_list_defaults_break_at_class_definition() -> 
 
 def test_a_file_that_no_longer_parses_breaks_every_cell() -> None:
     assert "no longer parses" in (why(AUDIO, b"def f(:\n    pass\n", [1], _read) or "")
+
+
+CKPT = "src/megatron/bridge/training/checkpointing.py"
+
+
+def _broken(path: str) -> ChangedFile:
+    return ChangedFile(path, diff_lines=("-x", "+y"), import_break=f"{path}: no longer parses")
+
+
+def test_the_break_selects_the_cheapest_cell_that_imports_the_module(matrix: Matrix) -> None:
+    """probes-28: verl imports Bridge's checkpointing only when it saves or resumes LoRA weights, so a
+    module that no longer imports there fails Level 1 first, not Level 0; what every cell imports fails
+    Level 0; with no record of the module Level 0 still says so."""
+    ran = [
+        Ran(1, "save-resume", "qwen", "b", "v", {CKPT: frozenset({"<module>"}), UTILS: frozenset({"<module>"})}),
+        Ran(0, "lora-ddp", "qwen", "b", "v", {UTILS: frozenset({"<module>"})}),
+        Ran(0, "lora-ddp", "qwen3_moe", "b", "v", {UTILS: frozenset({"<module>"})}),
+    ]
+    assert tuple(select(matrix, [_broken(CKPT)], ran=ran).levels) == (0, 1)  # Level 1 implies its base
+    assert tuple(select(matrix, [_broken(UTILS)], ran=ran).levels) == (0,)
+    assert tuple(select(matrix, [_broken("src/megatron/bridge/training/new_thing.py")], ran=ran).levels) == (0,)

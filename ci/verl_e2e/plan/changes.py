@@ -75,7 +75,7 @@ class ChangedFile:
     unrecorded_conditions: bool = False
     # ... one on the plain-data type of what a caller hands over (`isinstance(replica_id, int)`): --repo
     typed_conditions: bool = False
-    # why the module no longer imports at head (importbreak.py): every cell fails there, Level 0 shows it: --repo
+    # why the module no longer imports at head (importbreak.py): the cells that import it fail there: --repo
     import_break: str | None = None
 
     @property

@@ -1,15 +1,18 @@
-"""Changes that stop a module from importing: every cell fails at `import megatron.bridge`, so Level 0 on
-any family shows it and no family's Level 4 adds anything.
+"""Changes that stop a module from importing: every cell that imports it fails there, so the cheapest
+recorded cell that imports it shows the break (runtime.importing) and no family's Level 4 adds anything.
 
 verl imports Bridge before it builds any model (`from megatron.bridge import AutoBridge` in
 verl/models/mcore/bridge.py), and Bridge's `models/__init__.py` imports every family package, so a family
-file that no longer imports breaks every cell, dense or not. Three such breaks are read from the head tree
-(`plan --repo`), each certain from the source alone:
+file that no longer imports breaks every cell, dense or not: Level 0. Bridge's checkpointing modules are
+imported only when verl saves or resumes LoRA weights (its checkpoint manager imports them in the
+function it calls then), so a break there fails Level 1 first. Three such breaks are read from the head
+tree (`plan --repo`), each certain from the source alone:
   * the file no longer parses;
   * a changed module-level `from megatron.bridge.X import name` names something module X does not define
     (nor a submodule of that name), where X has no module `__getattr__` and no star import;
-  * a changed `@dataclass` body puts a field without a default after one with a default, or gives a field
-    a list, dict or set literal as its default (dataclasses raises when the class is defined).
+  * a changed `@dataclass` body puts a field without a default after one with a default (not in a
+    keyword-only dataclass), or gives a field a list, dict or set literal as its default (dataclasses
+    raises when the class is defined, keyword-only or not).
 A `from ... import` inside a `try:` is left alone: the module may guard it. Pure apart from `read`.
 """
 
@@ -30,7 +33,7 @@ def why(path: str, source: bytes | None, added_at: Sequence[int], read: Read) ->
         return None
     tree = pyparse.tree(source)
     if tree is None:
-        return f"{path} no longer parses: importing megatron.bridge fails in every cell"
+        return f"{path} no longer parses: every cell that imports it fails there"
     changed = set(added_at)
     for node in tree.body:
         if not _touches(node, changed):
@@ -38,7 +41,7 @@ def why(path: str, source: bytes | None, added_at: Sequence[int], read: Read) ->
         found = _missing_import(node, read) if isinstance(node, ast.ImportFrom) else None
         found = found or (_field_order(node) if isinstance(node, ast.ClassDef) else None)
         if found is not None:
-            return f"{path}: {found}; importing megatron.bridge fails in every cell"
+            return f"{path}: {found}; every cell that imports it fails there"
     return None
 
 
@@ -90,8 +93,10 @@ def _defined(text: bytes) -> set[str] | None:
 
 
 def _field_order(node: ast.ClassDef) -> str | None:
-    if not any(_is_dataclass(d) for d in node.decorator_list):
+    kinds = [k for k in (_dataclass_kind(d) for d in node.decorator_list) if k is not None]
+    if not kinds:
         return None
+    ordered = "keyword-only" not in kinds  # `@dataclass(kw_only=True)`: no field order, defaults still checked
     defaulted = None
     for st in node.body:
         if not isinstance(st, ast.AnnAssign) or not isinstance(st.target, ast.Name):
@@ -101,7 +106,7 @@ def _field_order(node: ast.ClassDef) -> str | None:
             continue
         if isinstance(st.value, (ast.List, ast.Dict, ast.Set)):
             return f"dataclass {node.name} gives `{st.target.id}` a list, dict or set default"
-        if _keyword_only(st.value):
+        if not ordered or _keyword_only(st.value):
             continue
         if _has_default(st.value):
             defaulted = defaulted or st.target.id
@@ -130,11 +135,13 @@ def _keyword_only(value: ast.expr | None) -> bool:
     )
 
 
-def _is_dataclass(dec: ast.expr) -> bool:
+def _dataclass_kind(dec: ast.expr) -> str | None:
+    """ "positional" for `@dataclass`, "keyword-only" for `@dataclass(kw_only=...)` (unless False), else None."""
+    kind = "positional"
     if isinstance(dec, ast.Call):
         if any(k.arg == "kw_only" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
                for k in dec.keywords):  # fmt: skip
-            return False
+            kind = "keyword-only"
         dec = dec.func
     name = dec.attr if isinstance(dec, ast.Attribute) else dec.id if isinstance(dec, ast.Name) else ""
-    return name == "dataclass"
+    return kind if name == "dataclass" else None

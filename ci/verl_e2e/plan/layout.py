@@ -108,6 +108,11 @@ def _group(node: ast.AST) -> str | None:
         return None
     if isinstance(node, ast.Attribute) and name in _MEMBERS and "pg" in (_ident(node.value) or ""):
         return _MEMBERS[name]
+    return group_dimension(name)
+
+
+def group_dimension(name: str) -> str | None:
+    """The dimension a process group's name belongs to (`tp_group`, `get_pipeline_model_parallel_group`)."""
     bare = name.removeprefix("_").removeprefix("get_").removesuffix("_from_module")
     return next((dim for dim, names in _GROUPS.items() if bare in names), None)
 

@@ -115,6 +115,15 @@ def cheapest(hits: Sequence[tuple[Ran, str]], prefer: str) -> list[tuple[Ran, st
     return ranked[:1]
 
 
+def importing(records: Sequence[Ran], path: str, prefer: str) -> tuple[int, str]:
+    """(level, family) of the cheapest recorded cell that imported `path` (ran its module code): where a
+    module that no longer imports fails first. Bridge's checkpointing is imported only when verl saves or
+    resumes (Level 1); what `import megatron.bridge` pulls in fails at Level 0, as does a module no record
+    knows (Level 0 on `prefer`)."""
+    found = cheapest([(r, "<module>") for r in records if "<module>" in r.functions.get(path, ())], prefer)
+    return (found[0][0].level, found[0][0].family) if found else (0, prefer)
+
+
 def blob_id(data: bytes) -> str:
     """Git's blob id of a file's bytes (`git hash-object`), what line records are keyed by."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()

@@ -2,10 +2,9 @@
 
 Pure: takes the loaded matrix and the changed files, returns a `Selection`. The steps, in order:
 escalations see every path; then ignored paths (docs, tests, Bridge-only code) and cosmetic Python
-changes are set aside; then every rule is tried on every remaining path (all rules that match
-contribute; their order is the order reasons are printed). A rule's levels go to the family of the
-path (`family: changed`) or to the default family. Families flagged MoE/VLM/MTP for the changed files
-add Level 4, and any level above 0 implies Level 0 for the same family.
+changes are set aside; then every rule is tried on every remaining path (all rules that match contribute,
+in the order reasons are printed). A rule's levels go to the family of the path (`family: changed`) or to
+the default family. MoE/VLM/MTP families add Level 4; any level above 0 implies Level 0 for its family.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from verl_e2e.plan import (
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.refuted import refute_callers, refuted
-from verl_e2e.plan.runtime import Ran, cheapest
+from verl_e2e.plan.runtime import Ran, cheapest, importing
 from verl_e2e.plan.surface import Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
 
@@ -96,8 +95,9 @@ class _Scan:
                 self.found.cosmetic.append(file.path)
             elif file.log_only and file.path not in escalated:
                 self.found.off_surface[file.path] = quiet.SAID
-            elif file.import_break is not None:  # every cell fails at import: Level 0 on any family says so
-                self.col.add(0, self.matrix.defaults.family, {"all"}, ("import-time", file.import_break), file.path)
+            elif file.import_break is not None:  # every cell that imports it fails there: the cheapest says so
+                where = importing(ran, file.path, matrix.defaults.family)
+                self.col.add(*where, {"all"}, ("import-time", file.import_break), file.path)
             elif unbuilt is not None or (unbuilt := newcode.unimported(file, files)) is not None:
                 _unreached(self.found, file, unbuilt)
             elif nowhere is not None:
@@ -106,7 +106,7 @@ class _Scan:
             elif file.callers is not None and _branches(self, replace(file, branches=file.caller_branches), True):
                 continue  # Bridge calls the change only under layout conditions: their cells run it
             else:
-                if not ran_it and file.path not in self.ran_around and self._off_surface(file):
+                if not ran_it and file.path not in self.ran_around and _off_surface(self, file):
                     continue  # (code a cell ran is on the surface, whichever of its lines changed)
                 if file.new_definitions and not newcode.called(self.matrix, file, files):
                     _new_definitions(self, file, file.new_definitions)
@@ -135,12 +135,6 @@ class _Scan:
             for fam in [ran.family] if known else self.fams.targets(file.path, file, True):
                 self.col.add(ran.level, fam, {"all"}, ("executed", why), file.path)
         return bool(hits)
-
-    def _off_surface(self, file: ChangedFile) -> bool:
-        why = None if self.surface is None else off_surface(self.surface, file)
-        if why is not None:
-            _unreached(self.found, file, why)
-        return why is not None
 
     def _aspects(self, file: ChangedFile) -> bool:
         """Aspects of what the change touches; True when one selected something."""
@@ -228,6 +222,14 @@ def _branches(scan: _Scan, file: ChangedFile, calls: bool = False) -> bool:
         scan.col.add(level, family, {kind}, ("layout-branch", why), file.path)
     scan.found.unexecuted |= dict.fromkeys(unexecuted)
     return bool(picks)
+
+
+def _off_surface(scan: _Scan, file: ChangedFile) -> bool:
+    """Bridge code no path from verl reaches (surface.py): said, not run."""
+    why = None if scan.surface is None else off_surface(scan.surface, file)
+    if why is not None:
+        _unreached(scan.found, file, why)
+    return why is not None
 
 
 def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> None:
@@ -383,8 +385,7 @@ def select(
 
 
 def _unreached(found: Findings, file: ChangedFile, why: str) -> None:
-    """A change no cell reaches: the plan's off-surface entry, and its lines in the "no cell executes"
-    list the comment shows."""
+    """A change no cell reaches: the plan's off-surface entry, and its lines in the comment's "no cell executes"."""
     found.off_surface[file.path] = why
     if not any(file.path in line for line in found.unexecuted):  # said once (an override's note says it)
         found.unexecuted |= dict.fromkeys(n for n in [unrun.uncalled(file, why)] if n is not None)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from verl_e2e.config.aspects import Hit, code_lines
 from verl_e2e.config.matrix import Level, Matrix
-from verl_e2e.plan import branch_levels, layout, retests
+from verl_e2e.plan import branch_levels, layout, onerank, retests
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
 from verl_e2e.plan.runtime import Ran, executed
@@ -164,7 +164,9 @@ def off_layout(matrix: Matrix, file: ChangedFile, retested: bool = False) -> set
     `retested`: a rewritten layout test counts as such a line, and its cells are those that decide it
     otherwise than before (retests.py): the others run it and see no difference; so do the one-stage
     cells of a change only to a pipeline-input method (`pipeline_input_only`)."""
-    return _off_layout(matrix, file, retested) | (pipeline_input_only(matrix, file) if retested else set())
+    if not retested:
+        return _off_layout(matrix, file, retested)
+    return _off_layout(matrix, file, retested) | pipeline_input_only(matrix, file) | onerank.same_levels(matrix, file)
 
 
 def _off_layout(matrix: Matrix, file: ChangedFile, retested: bool) -> set[int]:

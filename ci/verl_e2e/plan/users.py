@@ -88,6 +88,14 @@ def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[s
     if tree is None or source is None:
         return False
     lines = source.decode("utf-8", "replace").splitlines()
+    # an import names another module's definition, even under the same name (`HeterogeneousTransformerConfig
+    # as MCoreHeterogeneousTransformerConfig` beside Bridge's own class of that name)
+    imports = {
+        i
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for i in range(n.lineno, (n.end_lineno or n.lineno) + 1)
+    }
     defs = [n for n in tree.body if isinstance(n, (*_DEFS, ast.ClassDef))]
     defs += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, _DEFS)]
     for node in defs:
@@ -95,7 +103,7 @@ def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[s
             continue
         first, last = node.lineno, node.end_lineno or node.lineno
         for i, text in enumerate(lines, 1):
-            if first <= i <= last or not _named(text, node.name):
+            if first <= i <= last or i in imports or not _named(text, node.name):
                 continue
             where = _qualname(tree, i)
             if ran is None or where is None or where in ran:
