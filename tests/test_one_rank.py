@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from verl_e2e.config.matrix import Matrix
-from verl_e2e.plan import onerank
+from verl_e2e.plan import layout, onerank
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.select import select
 
@@ -94,3 +94,18 @@ def test_a_change_that_shows_on_one_rank_keeps_the_familys_level_4(matrix: Matri
     assert onerank.same_levels(matrix, moved) == set()  # probes-20: a line moved below its sibling
     data = _change("rank = get_pg_rank(tp_group)", "rank = get_pg_rank(dp_cp_group)")
     assert onerank.same_levels(matrix, data) == set()  # probes-29: every cell has two data-parallel ranks
+
+
+def test_a_rewritten_stage_flag_selects_the_first_pipeline_cell(matrix: Matrix) -> None:
+    """probes-28: `post_process=post_process` made `post_process=pre_process` names nothing a layout word
+    catches; at PP = 1 both are the one stage, so the first cell with two stages is the one that sees it."""
+    model = "src/megatron/bridge/models/model_provider.py"
+    old, new = "            post_process=post_process,", "            post_process=pre_process,"
+    cells = layout.cell_layouts(matrix, every_kind=True)
+    found = onerank.first_cell(cells, [old], [new])
+    assert found is not None and found[0].level == 2 and found[0].layout.pp > 1
+    file = ChangedFile(model, diff_lines=(old, new), added_at=(749,), functions=("_create_model",), module_level=False)
+    levels = select(matrix, [file], ran=[]).levels
+    assert 2 in levels and not {1, 4, 5} & set(levels), levels
+    assert onerank.first_cell(cells, ["        tie = False"], ["        tie = True"]) is None  # shows on one rank
+    assert onerank.first_cell(cells, ["    if pp_size > 1:"], ["    if pp_size > 2:"]) is None  # retests.py's

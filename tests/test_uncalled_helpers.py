@@ -270,3 +270,19 @@ def test_a_line_under_a_type_check_of_what_a_caller_hands_over_is_no_setting_eve
     assert not callsites.unrecorded_condition(tree, 6, True)  # a module's class: the LoRA targets verl sets
     assert not callsites.unrecorded_condition(tree, 9, True)  # a setting every cell shares (verl's LoRA has none)
     assert not callsites.unrecorded_condition(tree, 3)  # a call site under it: the helper stays uncalled
+
+
+def test_a_readme_naming_the_helper_calls_nothing(tmp_path: Path) -> None:
+    """probes-28: Bridge's models/README.md shows `bridge.save_hf_pretrained(...)` in an example; words in
+    documentation run in no cell, so they leave the calls in the code to decide."""
+    source = SOURCE.replace("            return init_kaiming(1)\n", "            return None\n")
+    readme = "src/megatron/bridge/README.md"
+    repo = _repo(tmp_path, {UTILS: source, readme: "Call `init_kaiming(5)` for a Kaiming init.\n"})
+    found = _callers(repo, source, _ran(source, TAKEN - {23}))
+    assert found is not None and [(c.line, c.how) for c in found] == [(16, "untaken")]
+    (tmp_path / "src/megatron/bridge/recipe.yaml").write_text("init: init_kaiming\n", encoding="utf-8")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "y"], check=True
+    )
+    assert _callers(repo, source, _ran(source, TAKEN - {23})) is None  # a config file may name it to call it

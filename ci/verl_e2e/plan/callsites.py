@@ -36,6 +36,7 @@ from verl_e2e.plan.unrun import MIN_LINE_RECORDS
 BRIDGE = "src/megatron/bridge/"
 Read = Callable[[str], bytes | None]  # a base file's bytes by path, None where absent
 _CHECKS = ("isinstance", "issubclass")
+_PROSE = (".md", ".rst", ".txt")  # files that name code and run none
 MAX_MENTIONS = 60  # lines naming the definition beyond which it is left to the other rules (and fast)
 MAX_DEPTH = 3  # functions no cell ran, one calling the next, followed before a change is left to the rules
 
@@ -304,8 +305,8 @@ def _calls(where: _Where, reader: _Reader, path: str, defs: dict[str, set[int]])
         if mentions is None or len(mentions) > MAX_MENTIONS:
             return None  # unreadable, or named so widely that some use surely runs
         for at, line in mentions:
-            if at == path and line in defined:
-                continue
+            if (at == path and line in defined) or at.endswith(_PROSE):
+                continue  # its own definition, or documentation's words (a README's example call)
             found = reader.caller(at, line, name)
             if found is None:
                 return None

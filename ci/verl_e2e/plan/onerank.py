@@ -129,31 +129,61 @@ def _active(lay: Layout, dims: set[str]) -> bool:
     return "dp" in dims or any(sizes.get(d, 1) > 1 for d in dims) or ("fsdp" in dims and lay.fsdp)
 
 
+def _layout_only(removed: Sequence[str], added: Sequence[str]) -> tuple[set[str], list[str], list[str]] | None:
+    """(the dimensions every rewritten line depends on, the removed and added test lines), or None where a
+    line may show on one rank, or where nothing was rewritten (lines moved: `k` and `v` appended the other
+    way round)."""
+    dims: set[str] = set()
+    old_tests: list[str] = []
+    new_tests: list[str] = []
+    for old, new in _pairs(code_lines(removed), code_lines(added)):
+        if any(_TEST.match(x) for x in (old, new) if x is not None):
+            old_tests.extend([old] if old is not None else [])
+            new_tests.extend([new] if new is not None else [])
+            continue
+        found = line_dims(old, new) if old is not None and new is not None else alone_dims(old or new or "")
+        if not found:
+            return None
+        dims |= found
+    return (dims, old_tests, new_tests) if dims or old_tests or new_tests else None
+
+
+def _sides(file: ChangedFile) -> tuple[list[str], list[str]]:
+    cut = len(file.diff_lines or ()) - len(file.added_at)
+    return list((file.diff_lines or ())[:cut]), list((file.diff_lines or ())[cut:])
+
+
 def same_levels(matrix: Matrix, file: ChangedFile) -> set[int]:
     """The levels above 0 none of whose PR cells sets a dimension every changed code line depends on
     (and that decide every rewritten layout test as before); empty where a line may show on one rank."""
     if not file.path.startswith("src/") or not file.diff_lines:
         return set()
-    cut = len(file.diff_lines) - len(file.added_at)
-    removed, added = code_lines(file.diff_lines[:cut]), code_lines(file.diff_lines[cut:])
-    dims: set[str] = set()
-    tests: tuple[list[str], list[str]] = ([], [])
-    for old, new in _pairs(removed, added):
-        if any(_TEST.match(x) for x in (old, new) if x is not None):
-            tests[0].extend([old] if old is not None else [])
-            tests[1].extend([new] if new is not None else [])
-            continue
-        found = line_dims(old, new) if old is not None and new is not None else alone_dims(old or new or "")
-        if not found:
-            return set()
-        dims |= found
-    if not dims and not tests[0] and not tests[1]:
-        return set()  # lines moved, not rewritten (`k` and `v` appended the other way round): not judged
+    found = _layout_only(*_sides(file))
+    if found is None:
+        return set()
+    dims, old_tests, new_tests = found
     cells: list[CellLayout] = [c for c in layout.cell_layouts(matrix, every_kind=True) if not c.scheduled]
     active = {c.level for c in cells if _active(c.layout, dims)}
-    if tests[0] or tests[1]:
-        paired, deciding = retests.deciding_levels(cells, *tests)
-        if paired < len(tests[0]) + len(tests[1]):
+    if old_tests or new_tests:
+        paired, deciding = retests.deciding_levels(cells, old_tests, new_tests)
+        if paired < len(old_tests) + len(new_tests):
             return set()  # a test that is no rewritten layout test: it may decide otherwise on one rank
         active |= deciding
     return {c.level for c in cells if c.level > 0} - active
+
+
+def first_cell(
+    cells: Sequence[CellLayout], removed: Sequence[str], added: Sequence[str]
+) -> tuple[CellLayout, str, str] | None:
+    """(the first PR cell that sets a dimension the rewrite depends on, a removed line, an added line) for
+    a change of values alone, every line a layout-only rewrite (`post_process=post_process` made
+    `post_process=pre_process`: the same stage at PP = 1, the last stage built as the first at PP = 2);
+    None where a line may show on one rank or a test was rewritten (retests.py decides those)."""
+    found = _layout_only(removed, added)
+    if found is None or found[1] or found[2]:
+        return None
+    cell = next((c for c in cells if not c.scheduled and _active(c.layout, found[0])), None)
+    if cell is None or cell.level == 0:
+        return None
+    was, now = (code_lines(removed) or ["(none)"])[0].strip(), (code_lines(added) or ["(none)"])[0].strip()
+    return cell, was, now

@@ -24,6 +24,7 @@ from verl_e2e.plan import (
     gated,
     layout,
     newcode,
+    onerank,
     overrides,
     quiet,
     retests,
@@ -34,7 +35,7 @@ from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.refuted import refute_callers, refuted
 from verl_e2e.plan.runtime import Ran, cheapest, importing
 from verl_e2e.plan.surface import Surface, off_surface
-from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, relative
+from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, new_model_code, relative
 
 OFF_SURFACE = "off-surface"  # the ignore group of Bridge-only code (matrix.yaml ignore:)
 
@@ -164,7 +165,7 @@ class _Scan:
                     target = self.matrix.defaults.kind_families.get(arch, target)
                 kinds = {kind, LORA} if kind == "custom" and file.path.startswith(PEFT) else {kind}
                 for level in sorted(hit.aspect.levels):
-                    if level == 5 and _new_model_code(file):
+                    if level == 5 and new_model_code(file):
                         continue  # a new model's settings: nothing that trained before computes differently
                     if target is None:
                         self.fams.unsupported[level].add(
@@ -275,21 +276,22 @@ def _users(scan: _Scan, file: ChangedFile) -> bool:
 
 
 def _retests(matrix: Matrix, scan: _Scan, file: ChangedFile) -> bool:
-    """A rewritten test on the layout selects the first cell that decides it differently (retests.py)."""
+    """A rewritten test on the layout selects the first cell that decides it differently (retests.py), a
+    rewritten layout value the first cell whose layout it depends on (onerank.py)."""
     if not file.diff_lines or not file.path.startswith("src/") or file.status == "A":
         return False
     cut = len(file.diff_lines) - len(file.added_at)
     picked = False
     for fam in scan.fams.targets(file.path, file, changed=True):
         moe = matrix.families[fam].has("moe")
-        found = retests.first_cell(scan.cells, file.diff_lines[:cut], file.diff_lines[cut:], moe)
+        old, new = file.diff_lines[:cut], file.diff_lines[cut:]
+        found = retests.first_cell(scan.cells, old, new, moe) or onerank.first_cell(scan.cells, old, new)
         if found is None:
             continue
         cell, was, now = found
         target = fam if cell.kind == "all" else scan.fams.kind_family(fam, cell.kind)
         if target is not None:
-            where = f"Level {cell.level}'s {cell.variant} layout"
-            why = f"the rewritten test `{now}` (was `{was}`) decides differently first in {where}"
+            why = f"the rewritten `{now}` (was `{was}`) differs first in Level {cell.level}'s {cell.variant} layout"
             scan.col.add(cell.level, target, {cell.kind}, ("layout-branch", why), file.path)
             picked = True
     return picked
@@ -345,12 +347,6 @@ def _undecided_aspects(matrix: Matrix, file: ChangedFile, found: Findings) -> No
         if aspect.paths is None or aspect.paths.matches(file.path):
             for level in aspect.levels:
                 found.undecided[level].add(f"aspect {aspect.name}")
-
-
-def _new_model_code(file: ChangedFile) -> bool:
-    """A file a change adds to one model family's directory: the new model's own loss or init settings,
-    which Levels 0 and 4 build and step; Level 5 is for numerics the models that already train use."""
-    return file.status == "A" and family_dir(file.path) not in (None, *SHARED_DIRS)
 
 
 def select(

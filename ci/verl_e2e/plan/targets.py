@@ -28,6 +28,12 @@ def family_dir(path: str) -> str | None:
     return rest.split("/", 1)[0] if "/" in rest else None
 
 
+def new_model_code(file: ChangedFile) -> bool:
+    """A file a change adds to one model family's directory: the new model's own loss or init settings,
+    which Levels 0 and 4 build and step; Level 5 is for numerics the models that already train use."""
+    return file.status == "A" and family_dir(file.path) not in (None, *SHARED_DIRS)
+
+
 def relative(path: str) -> str:
     return path[len(MODELS) :].split("/", 1)[1]
 
