@@ -23,6 +23,7 @@ PROVIDER = "src/megatron/bridge/models/minimax_m2/minimax_m2_provider.py"
         ("account_for_embedding_in_pipeline_split: bool = False", "account_for_embedding_in_pipeline_split: bool = True", {"pp"}),
         ('AutoMapping.register_module_type("GatedDeltaNet", "column")', 'AutoMapping.register_module_type("GatedDeltaNet", "replicated")', {"tp"}),
         ("RowParallelMapping(", "ColumnParallelMapping(", {"tp"}),
+        ('register_module_type("Router", "replicated")', 'register_module_type("Router", "replicate")', set()),
         ("variance = ss / self.global_dim", "variance = ss / self.local_dim", {"tp"}),
         ("n = self.num_local_experts", "n = self.num_global_experts", {"ep"}),
         ("provider.share_embeddings_and_output_weights = False", "provider.share_embeddings_and_output_weights = True", set()),
@@ -65,6 +66,8 @@ def test_a_tp_only_change_of_a_moe_family_keeps_to_the_levels_that_split_tp(matr
     assert 2 not in same and {1, 4, 5} <= same
     levels = select(matrix, [tp_only], ran=[]).levels
     assert 2 in levels and 4 not in levels, levels
+    from_diff = ChangedFile(PROVIDER, diff_lines=tp_only.diff_lines, added_at=(77,), scopes=tp_only.scopes)
+    assert onerank.same_levels(matrix, from_diff) == set()  # a diff alone: the path rules stand (dev c215)
 
 
 def test_a_change_that_shows_on_one_rank_keeps_the_familys_level_4(matrix: Matrix) -> None:

@@ -85,7 +85,10 @@ def line_dims(old: str, new: str) -> set[str]:
     """The dimensions a rewritten line's effect depends on, or an empty set where it may show on one rank:
     what the rewrite changes names them, the line is a collective over a layout group, or it sets a
     value of a layout-named field (`account_for_embedding_in_pipeline_split = True`)."""
-    dims = _dims(sorted(set(_TOKEN.findall(old)) ^ set(_TOKEN.findall(new))))
+    changed = set(_TOKEN.findall(old)) ^ set(_TOKEN.findall(new))
+    if any(t[:1] in "\"'" and t not in _SPLIT_KINDS for t in changed):
+        return set()  # a changed string may be any key or name (`"replicate"` is no split kind: import fails)
+    dims = _dims(sorted(changed))
     if dims:
         return dims
     for line in (old, new):
@@ -155,8 +158,10 @@ def _sides(file: ChangedFile) -> tuple[list[str], list[str]]:
 
 def same_levels(matrix: Matrix, file: ChangedFile) -> set[int]:
     """The levels above 0 none of whose PR cells sets a dimension every changed code line depends on
-    (and that decide every rewritten layout test as before); empty where a line may show on one rank."""
-    if not file.path.startswith("src/") or not file.diff_lines:
+    (and that decide every rewritten layout test as before); empty where a line may show on one rank.
+    Only with both trees (`plan --repo`): from a diff alone the path rules stand (the labelled PRs in
+    ../shared/bench want Level 1 for any change to the export code, an EP-size read included)."""
+    if not file.path.startswith("src/") or not file.diff_lines or file.functions is None:
         return set()
     found = _layout_only(*_sides(file))
     if found is None:
