@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from verl_e2e.config.matrix import Matrix
-from verl_e2e.plan import callsites, gated, unrun
+from verl_e2e.plan import callsites, gated, kindconds, unrun
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.select import select
@@ -251,8 +251,6 @@ def test_a_line_under_a_type_check_of_what_a_caller_hands_over_is_no_setting_eve
     but another checkpoint format or library version may; the line is planned as the function is."""
     import ast
 
-    from verl_e2e.plan import callsites
-
     source = (
         "def adapter_key_filter(self, key):\n"
         "    if isinstance(key, tuple):\n"
@@ -266,10 +264,10 @@ def test_a_line_under_a_type_check_of_what_a_caller_hands_over_is_no_setting_eve
         "        return False\n"
     )
     tree = ast.parse(source)
-    assert callsites.unrecorded_condition(tree, 3, True)
-    assert not callsites.unrecorded_condition(tree, 6, True)  # a module's class: the LoRA targets verl sets
-    assert not callsites.unrecorded_condition(tree, 9, True)  # a setting every cell shares (verl's LoRA has none)
-    assert not callsites.unrecorded_condition(tree, 3)  # a call site under it: the helper stays uncalled
+    assert kindconds.unrecorded_condition(tree, 3, True)
+    assert not kindconds.unrecorded_condition(tree, 6, True)  # a module's class: the LoRA targets verl sets
+    assert not kindconds.unrecorded_condition(tree, 9, True)  # a setting every cell shares (verl's LoRA has none)
+    assert not kindconds.unrecorded_condition(tree, 3)  # a call site under it: the helper stays uncalled
 
 
 def test_a_readme_naming_the_helper_calls_nothing(tmp_path: Path) -> None:
@@ -286,3 +284,66 @@ def test_a_readme_naming_the_helper_calls_nothing(tmp_path: Path) -> None:
         ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "y"], check=True
     )
     assert _callers(repo, source, _ran(source, TAKEN - {23})) is None  # a config file may name it to call it
+
+
+PROVIDER = "src/megatron/bridge/models/mamba/mamba_provider.py"
+OLD_PROVIDER = """\
+from dataclasses import dataclass
+
+
+@dataclass
+class OldProvider(Base):
+    spec: "OldProvider | None" = None
+
+    def __post_init__(self):
+        self.spec = None
+"""
+
+
+def _post_init_change() -> ChangedFile:
+    return ChangedFile(
+        PROVIDER,
+        diff_lines=("        self.spec = None", "        self.spec = 1"),
+        functions=("OldProvider.__post_init__",),
+        module_level=False,
+    )
+
+
+def _provider_callers(tmp_path: Path, extra: dict[str, str], ran_methods: frozenset[str]) -> object:
+    package = "src/megatron/bridge/models/mamba/__init__.py"
+    files = {PROVIDER: OLD_PROVIDER, package: 'from .mamba_provider import OldProvider\n\n__all__ = ["OldProvider"]\n'}
+    repo = _repo(tmp_path, files | extra)
+    ran = [
+        Ran(0, "lora-ddp", f"f{i}", "b", "v", {PROVIDER: frozenset({"OldProvider", *ran_methods})}) for i in range(3)
+    ]
+    return callsites.callers(
+        repo,
+        "HEAD",
+        _post_init_change(),
+        read=lambda p: (repo / p).read_bytes() if (repo / p).exists() else None,
+        ran=ran,
+        gates=set(),
+        verl=set(),
+    )
+
+
+def test_a_class_nothing_builds_runs_its_set_up_in_no_cell(tmp_path: Path, matrix: Matrix) -> None:
+    """probes-29: the deprecated MambaModelProvider is imported and exported, and its own fields name it,
+    but nothing builds it; a change to its `__post_init__` runs in no cell."""
+    found = _provider_callers(tmp_path, {}, frozenset())
+    assert found == ()
+    change = replace(_post_init_change(), callers=())
+    assert "nothing in Bridge's sources builds OldProvider," in (gated.uncalled(matrix, change) or "")
+
+
+@pytest.mark.parametrize(
+    ("extra", "ran_methods"),
+    [
+        ({"src/megatron/bridge/models/x.py": "from .mamba.mamba_provider import OldProvider\n\nDEFAULT = OldProvider()\n"}, frozenset()),
+        ({}, frozenset({"OldProvider.__post_init__"})),  # a recorded cell built it
+    ],
+)  # fmt: skip
+def test_a_class_something_may_build_is_left_to_the_rules(
+    tmp_path: Path, extra: dict[str, str], ran_methods: frozenset[str]
+) -> None:
+    assert _provider_callers(tmp_path, extra, ran_methods) is None

@@ -21,13 +21,13 @@ that branch, and in no Level 0 cell.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_e2e.plan import branches, pyparse
 from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.kindconds import unrecorded_condition
 from verl_e2e.plan.renames import where_named
 from verl_e2e.plan.runtime import Ran, blob_id
 from verl_e2e.plan.scopes import innermost
@@ -107,61 +107,6 @@ def _uses(tree: ast.Module, name: str, method: bool = False) -> set[int]:
 def _names(node: ast.AST, name: str, method: bool) -> bool:
     """Whether the node names `name`: as an attribute, or (not for a method) as a bare name."""
     return (isinstance(node, ast.Attribute) and node.attr == name) or (not method and getattr(node, "id", None) == name)
-
-
-_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
-# conditions the recorded cells (dense and MoE text models, LoRA, TP=1, one step) never met but a PR
-# cell may: the model's kind (Level 4's MTP, vision, quantised and hybrid cells) and the state of a run
-# (a cache hit, a later step: Level 5's many steps)
-_UNRECORDED = re.compile(
-    r"(?i)(mtp|vision|visual|image|video|audio|multimodal|quant|qat|modelopt|fp8|fp4|mamba|ssm|hybrid|gdn"
-    r"|linear_att|gated_delta|custom|heterogeneous|vlm|language_model"
-    r"|cache|cached|initiali[sz]ed|first|step|iteration|count|seen|warned|once|training)"
-)
-# ... and, for a changed line itself, the plain-data type of what a caller hands over (a tuple key from a
-# checkpointing library), which another checkpoint format or library version changes where no setting
-# does. Not a module's or a wrapper's class (which LoRA targets verl sets decide), and not for a call
-# site: a helper called only on a type no cell met stays a helper no cell runs (a Mamba mixer's dimensions)
-_HANDED_OVER = re.compile(r"\bisinstance\([^,()]+,\s*\(?\s*(tuple|list|dict|str|bytes|int|float)\b")
-# the rank of a tensor handed over (a packed 3-D expert weight that only some models' adapters export): a
-# model's kind in all but name, for a changed line and for a call site alike
-_RANK = re.compile(r"(\.ndim\b|\.dim\(\))\s*(==|!=|>=|<=|>|<)\s*[2-9]")  # not a scalar check (`ndim == 0`)
-
-
-def unrecorded_condition(tree: ast.Module, line: int, handed_over: bool = False) -> bool:
-    """Whether a line runs under a condition on the model's kind or the run's state (see above), or with
-    `handed_over`, on the type of what its function was given."""
-    forms = (_UNRECORDED, _RANK, _HANDED_OVER) if handed_over else (_UNRECORDED, _RANK)
-    return any(f.search(ast.unparse(test)) for test in _tests_above(tree.body, line) for f in forms)
-
-
-def handed_over_condition(tree: ast.Module, line: int) -> bool:
-    """Whether a line runs under a test on the plain-data type of what its function was given, or on the
-    rank of a tensor it was given."""
-    return any(f.search(ast.unparse(test)) for test in _tests_above(tree.body, line) for f in (_HANDED_OVER, _RANK))
-
-
-def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
-    """The tests a line runs under: of every `if`/`while` and conditional expression around it, and of
-    the early-exit guards (`if not x: return`) before it in each block around it."""
-    tests: list[ast.expr] = []
-    for st in body:
-        if st.lineno > line:
-            break
-        if (st.end_lineno or st.lineno) < line:
-            if isinstance(st, ast.If) and st.body and isinstance(st.body[-1], _EXITS):
-                tests.append(st.test)
-            continue
-        if isinstance(st, (ast.If, ast.While)):
-            tests.append(st.test)
-        tests += [n.test for n in ast.walk(st) if isinstance(n, ast.IfExp) and n.lineno <= line <= (n.end_lineno or 0)]
-        blocks = [getattr(st, f, None) for f in ("body", "orelse", "finalbody")]
-        blocks += [h.body for h in getattr(st, "handlers", [])] + [c.body for c in getattr(st, "cases", [])]
-        for block in blocks:
-            if block and block[0].lineno <= line <= (block[-1].end_lineno or block[-1].lineno):
-                tests += _tests_above(block, line)
-        break
-    return tests
 
 
 class _Reader:
@@ -281,6 +226,9 @@ def callers(
     own = reader._tree(file.path)
     if own is None or len(tops) != 1:
         return None  # unreadable, or several definitions
+    if tops & done and _constructing(names):  # a class's own set-up runs exactly where the class is built
+        cls = names[0].split(".", 1)[0]
+        return None if cls in verl else _builders(where, reader, own[1], file.path, cls)
     if tops & done:  # a class the cells built: only methods of it none of them called
         methods = _uncalled_methods(own[1], file.path, names, ran)
         if methods is None or set(methods) & verl:
@@ -294,6 +242,35 @@ def callers(
     if not defined or len(defined) > 1:
         return None  # decorated (a registration may call it), defined twice, or not at the top level
     return _calls(where, reader, file.path, {top: defined})
+
+
+CONSTRUCTORS = frozenset({"__init__", "__post_init__"})
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _constructing(names: Sequence[str]) -> bool:
+    return all(n.count(".") == 1 and n.split(".", 1)[1] in CONSTRUCTORS for n in names)
+
+
+def _builders(where: _Where, reader: _Reader, tree: ast.Module, path: str, cls: str) -> tuple[Caller, ...] | None:
+    """The calls that build `cls`, for a change to its `__init__`/`__post_init__`: every mention of the class
+    (a subclass's base leaves it to the other rules). None where a recorded cell ran any method of it, or
+    it is decorated by more than `@dataclass` (a registration may build it). MambaModelProvider: imported
+    and exported, built by nothing since the hybrid provider took its place."""
+    done = {q.replace(".<locals>", "") for r in reader.ran for q in r.functions.get(path, ())}
+    if any(q.startswith(f"{cls}.") for q in done):
+        return None
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    if node is None or not all(_dataclass(d) for d in node.decorator_list):
+        return None
+    methods = {i for f in node.body if isinstance(f, _FUNCS) for i in range(f.lineno, (f.end_lineno or f.lineno) + 1)}
+    own = set(range(node.lineno, (node.end_lineno or node.lineno) + 1)) - methods  # its fields' annotations
+    return _calls(where, reader, path, {cls: own | {d.lineno for d in node.decorator_list}})
+
+
+def _dataclass(dec: ast.expr) -> bool:
+    called = dec.func if isinstance(dec, ast.Call) else dec
+    return (called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")) == "dataclass"
 
 
 def _calls(where: _Where, reader: _Reader, path: str, defs: dict[str, set[int]]) -> tuple[Caller, ...] | None:

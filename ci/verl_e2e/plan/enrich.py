@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from verl_e2e.config.aspects import code_lines
-from verl_e2e.plan import additions, bodies, callsites, conditions, fields, flows, pyparse, users
+from verl_e2e.plan import additions, bodies, conditions, fields, flows, kindconds, pyparse, users
 from verl_e2e.plan.anchors import whole_statements
 from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
@@ -127,12 +127,12 @@ def with_ast_scopes(
 
 def _unrecorded(source: bytes | None, lines: Sequence[int]) -> bool:
     tree = pyparse.tree(source) if source is not None and lines else None
-    return tree is not None and any(callsites.unrecorded_condition(tree, n, handed_over=True) for n in lines)
+    return tree is not None and any(kindconds.unrecorded_condition(tree, n, handed_over=True) for n in lines)
 
 
 def _typed(source: bytes | None, lines: Sequence[int]) -> bool:
     tree = pyparse.tree(source) if source is not None and lines else None
-    return tree is not None and any(callsites.handed_over_condition(tree, n) for n in lines)
+    return tree is not None and any(kindconds.handed_over_condition(tree, n) for n in lines)
 
 
 def with_architectures(

@@ -146,6 +146,10 @@ def uncalled(matrix: Matrix, file: ChangedFile) -> str | None:
     # one method of a class the cells built (callsites.py) is named whole; a top-level helper by its name
     methods = bool(named) and all(n.count(".") == 1 for n in named) and len({n.split(".")[0] for n in named}) == 1
     top = " or ".join(named) if methods else (named or ["it"])[0].split(".", 1)[0]
+    if methods and all(n.split(".")[1] in ("__init__", "__post_init__") for n in named):
+        top, verb, built = named[0].split(".")[0], "builds", "built"  # a class's set-up runs where it is built
+    else:
+        verb, built = "calls", "called"
     if not shown:
-        return f"nothing in Bridge's sources calls {top}, and verl does not name it, so no cell runs the change"
-    return f"{top} is called only from {'; '.join(shown)}, so no cell runs the change"
+        return f"nothing in Bridge's sources {verb} {top}, and verl does not name it, so no cell runs the change"
+    return f"{top} is {built} only from {'; '.join(shown)}, so no cell runs the change"
