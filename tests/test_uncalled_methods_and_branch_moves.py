@@ -174,3 +174,52 @@ def test_a_removed_clause_takes_the_weight_layout_of_its_block(matrix: Matrix) -
     assert 5 in plan.levels and any("weight-layout" in r.rule for r in plan.reasons[5]), plan.reasons
     unguarded = select(matrix, [replace(change, guarded=())], surface=surface.shipped(), ran=runtime.shipped())
     assert 5 not in unguarded.levels
+
+
+FAMILY = "src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py"
+HOOKED = """\
+class NemotronHBridge(MegatronModelBridge):
+    def get_hf_tokenizer_kwargs(self):
+        return {"use_fast": True}
+"""
+IMPORTER = "src/megatron/bridge/models/conversion/auto_bridge.py"
+IMPORT_CKPT = """\
+class AutoBridge(Generic[M]):
+    def import_ckpt(self, p):
+        return self.bridge.get_hf_tokenizer_kwargs()
+
+
+class MIMOBridge(AutoBridge):
+    def convert(self, p):
+        return self.bridge.get_hf_tokenizer_kwargs()
+"""
+
+
+def _hook_records(names: set[str]) -> list[Ran]:
+    """Three cells of other families: they imported the family's bridge (its class body) and ran `names`."""
+    return [
+        Ran(0, "lora-ddp", f"fam{i}", "b", "v", {FAMILY: frozenset({"NemotronHBridge"}), IMPORTER: frozenset(names)})
+        for i in range(3)
+    ]
+
+
+def _hook_callers(repo: Path, ran: list[Ran]) -> tuple[callsites.Caller, ...] | None:
+    change = ChangedFile(
+        FAMILY, diff_lines=("-x", "+y"), module_level=False, functions=("NemotronHBridge.get_hf_tokenizer_kwargs",)
+    )
+    read = lambda p: (repo / p).read_bytes() if (repo / p).exists() else None  # noqa: E731
+    return callsites.callers(repo, "HEAD", change, read=read, ran=ran, gates=set(), verl={"AutoBridge"})
+
+
+def test_a_bridge_hook_read_only_by_checkpoint_conversion_runs_in_no_cell(tmp_path: Path) -> None:
+    """probes-29: Bridge reads a family bridge's `get_hf_tokenizer_kwargs` only in checkpoint import and in
+    the MIMO bridge's conversion (a subclass of AutoBridge, Bridge's own class, whose methods nothing calls
+    by protocol), which nothing verl reaches calls: a change to Nemotron-H's hook runs in no cell."""
+    repo = _repo(tmp_path, {FAMILY: HOOKED, IMPORTER: IMPORT_CKPT})
+    found = _hook_callers(repo, _hook_records({"AutoBridge.from_hf_pretrained"}))
+    assert found is not None
+    assert [(c.function, c.how) for c in found] == [
+        ("AutoBridge.import_ckpt", "unreached"),
+        ("MIMOBridge.convert", "unreached"),
+    ]
+    assert _hook_callers(repo, _hook_records({"AutoBridge.from_hf_pretrained", "AutoBridge.import_ckpt"})) is None

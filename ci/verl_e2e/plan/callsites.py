@@ -314,7 +314,8 @@ def _callable(found: tuple[bytes, ast.Module] | None, function: str) -> tuple[st
 
 # bases whose methods nothing outside Bridge calls by protocol (torch calls a Module's forward, Megatron a
 # config's __post_init__, a checkpointer sharded_state_dict): a method of a class with other bases is left
-PLAIN_BASES = frozenset({"ABC", "Generic", "object", "Protocol"})
+PLAIN_BASES = frozenset({"ABC", "Generic", "object", "Protocol", "AutoBridge"})  # AutoBridge: Bridge's own, verl calls
+# its methods by name (the verl names stop a look-up there), nothing by protocol
 # ... and a model bridge's: AutoBridge and the conversion code call its hooks by name (`megatron_to_hf_config`),
 # so one family cell that built the bridge and never ran the hook is enough for its mentions to decide
 BRIDGE_BASES = frozenset({"MegatronModelBridge"})
