@@ -87,6 +87,7 @@ def probe_repo(tree: Path, work: Path) -> tuple[Path, str]:
     pin = tree / ".main.commit"  # Bridge's record of the submodule commit, moved with the gitlink
     (repo / ".main.commit").write_text(pin.read_text() if pin.is_file() else MLM_PIN + "\n")
     _git(repo, "init", "-q")
+    _git(repo, "config", "gc.auto", "0")  # no detached `git gc` writing objects while the copy is removed
     _git(repo, "add", "-A")
     _git(repo, "update-index", "--add", "--cacheinfo", f"160000,{MLM_PIN},3rdparty/Megatron-LM")
     _git(repo, "-c", "user.name=probe", "-c", "user.email=probe@invalid", "commit", "-qm", "base")
