@@ -56,8 +56,8 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-25.json", 3, 6),
         ("probes-26.json", 9, 7),
         ("probes-27.json", 2, 5),
-        ("probes-28.json", 5, 8),
-        ("probes-29.json", 5, 12),
+        ("probes-28.json", 4, 7),
+        ("probes-29.json", 3, 10),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:
