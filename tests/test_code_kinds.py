@@ -464,3 +464,21 @@ def test_an_import_of_another_modules_namesake_is_no_use_at_home() -> None:
     }
     words = users.symbols(source, [8])
     assert users.architectures(path, words, source, models) == ("DeciLMForCausalLM",)
+
+
+def test_a_base_class_runs_where_its_subclasses_do() -> None:
+    """probes-30: no model file names `ChunkedMapping`, but the Mamba bridges build its subclass
+    `MambaConv1dMapping`, defined beside it: a change to the base's method serves those bridges' models."""
+    path = "src/megatron/bridge/models/conversion/param_mapping.py"
+    source = (
+        b"class ChunkedMapping:\n    def hf_to_megatron(self, w):\n        return w\n\n\n"
+        b"class MambaConv1dMapping(ChunkedMapping):\n    pass\n\n\nclass Other:\n    pass\n"
+    )
+    models = {
+        path: source,
+        "src/megatron/bridge/models/falcon_h1/falconh1_bridge.py": b"@MegatronModelBridge.register_bridge("
+        b"source='FalconH1ForCausalLM')\nclass B:\n    m = MambaConv1dMapping('a', 'b')\n",
+    }
+    assert users.subclasses(source, ("ChunkedMapping",)) == ("MambaConv1dMapping",)
+    words = users.symbols(source, [3])
+    assert users.architectures(path, words, source, models) == ("FalconH1ForCausalLM",)

@@ -92,3 +92,41 @@ def test_the_break_selects_the_cheapest_cell_that_imports_the_module(matrix: Mat
     assert tuple(select(matrix, [_broken(CKPT)], ran=ran).levels) == (0, 1)  # Level 1 implies its base
     assert tuple(select(matrix, [_broken(UTILS)], ran=ran).levels) == (0,)
     assert tuple(select(matrix, [_broken("src/megatron/bridge/training/new_thing.py")], ran=ran).levels) == (0,)
+
+
+BRIDGE_BASE = b"""\
+class MegatronModelBridge:
+    @classmethod
+    def register_bridge(cls, *, source, target, provider=None, model_type=None):
+        return lambda c: c
+"""
+MAPPING_SOURCE = (
+    b'class AutoMapping:\n    _MODULE_TYPE_REGISTRY = {"column": set(), "row": set(), "replicated": set()}\n'
+)
+CALLS_TREE = {
+    "src/megatron/bridge/models/conversion/model_bridge.py": BRIDGE_BASE,
+    "src/megatron/bridge/models/conversion/param_mapping.py": MAPPING_SOURCE,
+}
+FAMILY = "src/megatron/bridge/models/stepfun/step35_bridge.py"
+HEAD = (
+    "from megatron.bridge.models.conversion.model_bridge import MegatronModelBridge\n"
+    "from megatron.bridge.models.conversion.param_mapping import AutoMapping\n\n"
+)
+
+
+def test_a_module_level_call_a_bridge_function_refuses_breaks_the_import() -> None:
+    """probes-29 and -31: `provider_cls=` for `provider=` in a bridge's registration decorator (TypeError),
+    and a split kind AutoMapping has no key for (`"row_parallel"`, ValueError), both when the module is
+    imported; the right keyword and kind, or a function taking **kwargs, import."""
+    read = CALLS_TREE.get
+    renamed = (
+        HEAD + "@MegatronModelBridge.register_bridge(\n    source='S',\n    provider_cls=P,\n)\nclass B:\n    pass\n"
+    )
+    assert "provider_cls" in (why(FAMILY, renamed.encode(), [6], read) or "")
+    assert why(FAMILY, renamed.replace("provider_cls", "provider").encode(), [6], read) is None
+    kind = HEAD + 'AutoMapping.register_module_type("TERowParallelLinearLayerNorm", "row_parallel")\n'
+    assert "row_parallel" in (why(FAMILY, kind.encode(), [4], read) or "")
+    assert why(FAMILY, kind.replace("row_parallel", "row").encode(), [4], read) is None
+    loose = {**CALLS_TREE, "src/megatron/bridge/models/conversion/model_bridge.py": BRIDGE_BASE.replace(
+        b"model_type=None", b"**kwargs")}  # fmt: skip
+    assert why(FAMILY, renamed.encode(), [6], loose.get) is None

@@ -5,14 +5,16 @@ verl imports Bridge before it builds any model (`from megatron.bridge import Aut
 verl/models/mcore/bridge.py), and Bridge's `models/__init__.py` imports every family package, so a family
 file that no longer imports breaks every cell, dense or not: Level 0. Bridge's checkpointing modules are
 imported only when verl saves or resumes LoRA weights (its checkpoint manager imports them in the
-function it calls then), so a break there fails Level 1 first. Three such breaks are read from the head
+function it calls then), so a break there fails Level 1 first. Four such breaks are read from the head
 tree (`plan --repo`), each certain from the source alone:
   * the file no longer parses;
   * a changed module-level `from megatron.bridge.X import name` names something module X does not define
     (nor a submodule of that name), where X has no module `__getattr__` and no star import;
   * a changed `@dataclass` body puts a field without a default after one with a default (not in a
     keyword-only dataclass), or gives a field a list, dict or set literal as its default (dataclasses
-    raises when the class is defined, keyword-only or not).
+    raises when the class is defined, keyword-only or not);
+  * a changed module-level call or class decorator passes a Bridge function a keyword it does not take,
+    or registers a module under a split kind AutoMapping does not have (importcalls.py).
 A `from ... import` inside a `try:` is left alone: the module may guard it. Pure apart from `read`.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Sequence
 
-from verl_e2e.plan import pyparse
+from verl_e2e.plan import importcalls, pyparse
 
 Read = Callable[[str], bytes | None]  # a head-tree path -> its bytes (None: no such file)
 PACKAGE = "megatron.bridge"
@@ -40,13 +42,15 @@ def why(path: str, source: bytes | None, added_at: Sequence[int], read: Read) ->
             continue
         found = _missing_import(node, read) if isinstance(node, ast.ImportFrom) else None
         found = found or (_field_order(node) if isinstance(node, ast.ClassDef) else None)
+        found = found or importcalls.broken_call(node, tree, read)
         if found is not None:
             return f"{path}: {found}; every cell that imports it fails there"
     return None
 
 
 def _touches(node: ast.stmt, changed: set[int]) -> bool:
-    return any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in changed)
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    return any(first <= n <= (node.end_lineno or node.lineno) for n in changed)
 
 
 def _missing_import(node: ast.ImportFrom, read: Read) -> str | None:

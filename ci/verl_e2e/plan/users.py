@@ -98,12 +98,13 @@ def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[s
     }
     defs = [n for n in tree.body if isinstance(n, (*_DEFS, ast.ClassDef))]
     defs += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, _DEFS)]
+    # the definitions looked up name each other (a subclass's base): no use of the file's own
+    spans = {i for n in defs if n.name in names for i in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
     for node in defs:
         if node.name not in names:
             continue
-        first, last = node.lineno, node.end_lineno or node.lineno
         for i, text in enumerate(lines, 1):
-            if first <= i <= last or i in imports or not _named(text, node.name):
+            if i in spans or i in imports or not _named(text, node.name):
                 continue
             where = _qualname(tree, i)
             if ran is None or where is None or where in ran:
@@ -132,7 +133,24 @@ def architectures(
     if found != ():
         return found  # the methods' users, or None: shared code calls them
     top = tuple(dict.fromkeys(n.split(".", 1)[0] for n in names))
-    return _architectures(path, top, source, models, ran) or None
+    return _architectures(path, (*top, *subclasses(source, top)), source, models, ran) or None
+
+
+def subclasses(source: bytes | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The classes of the same file that derive from `names`, at any depth: a base mapping no model file
+    names (`ChunkedMapping`) runs where its subclasses do (`MambaConv1dMapping` in the Mamba bridges)."""
+    tree = pyparse.tree(source) if source is not None else None
+    classes = [n for n in (tree.body if tree is not None else []) if isinstance(n, ast.ClassDef)]
+    found: dict[str, None] = {}
+    grew = True
+    while grew:
+        grew = False
+        for c in classes:
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in c.bases}
+            if c.name not in found and c.name not in names and bases & {*names, *found}:
+                found[c.name] = None
+                grew = True
+    return tuple(found)
 
 
 def own_method(name: str, text: str) -> bool:
