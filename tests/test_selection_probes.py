@@ -55,9 +55,11 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-24.json", 10, 7),
         ("probes-25.json", 3, 6),
         ("probes-26.json", 9, 7),
-        ("probes-27.json", 2, 5),
+        ("probes-27.json", 2, 4),
         ("probes-28.json", 4, 7),
-        ("probes-29.json", 3, 10),
+        ("probes-29.json", 3, 9),
+        ("probes-30.json", 7, 5),
+        ("probes-31.json", 3, 4),
     ],
 )
 def test_the_probe_sets_plan_as_labelled(name: str, most_missed: int, most_over: int) -> None:

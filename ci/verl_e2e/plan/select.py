@@ -291,7 +291,8 @@ def _retests(matrix: Matrix, scan: _Scan, file: ChangedFile) -> bool:
         cell, was, now = found
         target = fam if cell.kind == "all" else scan.fams.kind_family(fam, cell.kind)
         if target is not None:
-            why = f"the rewritten `{now}` (was `{was}`) differs first in Level {cell.level}'s {cell.variant} layout"
+            what = "test" if re.match(r"(if|elif|while|return)\b", now) else "value"
+            why = f"the rewritten {what} `{now}` (was `{was}`) differs first in the L{cell.level} {cell.variant} cell"
             scan.col.add(cell.level, target, {cell.kind}, ("layout-branch", why), file.path)
             picked = True
     return picked
