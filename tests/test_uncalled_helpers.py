@@ -85,11 +85,13 @@ def _change() -> ChangedFile:
     )
 
 
-def _callers(repo: Path, source: str, ran: list[Ran]) -> tuple[callsites.Caller, ...] | None:
+def _callers(
+    repo: Path, source: str, ran: list[Ran], change: ChangedFile | None = None
+) -> tuple[callsites.Caller, ...] | None:
     return callsites.callers(
         repo,
         "HEAD",
-        _change(),
+        change or _change(),
         read=lambda p: (repo / p).read_bytes() if (repo / p).exists() else None,
         ran=ran,
         gates=set(),
@@ -316,15 +318,7 @@ def _provider_callers(tmp_path: Path, extra: dict[str, str], ran_methods: frozen
     ran = [
         Ran(0, "lora-ddp", f"f{i}", "b", "v", {PROVIDER: frozenset({"OldProvider", *ran_methods})}) for i in range(3)
     ]
-    return callsites.callers(
-        repo,
-        "HEAD",
-        _post_init_change(),
-        read=lambda p: (repo / p).read_bytes() if (repo / p).exists() else None,
-        ran=ran,
-        gates=set(),
-        verl=set(),
-    )
+    return _callers(repo, OLD_PROVIDER, ran, _post_init_change())
 
 
 def test_a_class_nothing_builds_runs_its_set_up_in_no_cell(tmp_path: Path, matrix: Matrix) -> None:
