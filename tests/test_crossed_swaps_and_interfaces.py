@@ -55,3 +55,33 @@ def test_a_method_every_class_defines_is_an_interface() -> None:
     text = "class A:\n    def hf_to_megatron(self):\n        pass\n\nclass B:\n    def hf_to_megatron(self):\n        pass\n"
     assert not own_method("hf_to_megatron", text)
     assert own_method("hf_config_to_model_config_kwargs", text + "    def hf_config_to_model_config_kwargs(self):\n")
+
+
+GATE = '        return "gate_proj" in hf_name or ".w1." in hf_name'
+UP = '        return "up_proj" in hf_name or ".w3." in hf_name'
+
+
+@pytest.mark.parametrize(
+    ("removed", "added", "swapped"),
+    [
+        ([GATE, UP], [UP, GATE], True),  # two sibling tests' bodies exchanged, their def lines kept
+        ([GATE, UP], [GATE, UP], False),
+        ([GATE], [UP], False),  # one test rewritten: a changed token, no trade
+    ],
+)
+def test_two_returns_that_trade_places_answer_for_each_other(
+    removed: list[str], added: list[str], swapped: bool
+) -> None:
+    assert (permuted(ANY, removed, added) is not None) is swapped
+
+
+@pytest.mark.parametrize(
+    ("added", "swapped"),
+    [
+        (["        up, gate = torch.chunk(w, 2, dim=0)", "        return gate, up"], True),
+        (["        gate, up = torch.chunk(w, 2, dim=0)", "        return gate, up"], False),  # named, same order
+        (["        up, gate = torch.split(w, 2)", "        return gate, up"], False),  # a new expression: not a rewrite
+    ],
+)
+def test_a_returned_pair_unpacked_and_given_back_reversed_is_a_swap(added: list[str], swapped: bool) -> None:
+    assert (permuted(ANY, ["        return torch.chunk(w, 2, dim=0)"], added) is not None) is swapped

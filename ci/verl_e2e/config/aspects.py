@@ -228,7 +228,7 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
     for line in set(removed) & set(added):
         if (_COLLECTS.search(line) or _KEYED_ARGUMENT.match(line)) and pattern.search(line):
             return f"`{line.strip()}` moved"
-    crossed = _across_branch(pattern, removed, added)
+    crossed = _across_branch(pattern, removed, added) or _returns_exchanged(pattern, removed, added)
     if crossed is not None:
         return crossed
     olds: dict[tuple[str, ...], list[list[str]]] = {}
@@ -243,7 +243,7 @@ def permuted(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str 
             at = [i for i, (a, b) in enumerate(zip(old, tokens, strict=True)) if a != b]
             if at and not _in_call(tokens, at[0]) and pattern.search(line):
                 return f"{old[at[0]]} and {tokens[at[0]]} swapped"
-    return _crossed(pattern, removed, added)
+    return _crossed(pattern, removed, added) or _unpacked_reversed(pattern, removed, added)
 
 
 _BRANCH = re.compile(r"^\s*(elif\b|else\s*:|if\b)")
@@ -262,6 +262,40 @@ def _across_branch(pattern: Any, removed: Sequence[str], added: Sequence[str]) -
         for head in heads:
             if (removed.index(line) < removed.index(head)) != (added.index(line) < added.index(head)):
                 return f"`{line.strip()}` moved across `{head.strip()}`"
+    return None
+
+
+_HEADER = re.compile(r"^\s*(def|class|async\s+def)\b|^\s*@")
+_UNPACK = re.compile(r"^\s*(\w+)\s*,\s*(\w+)\s*=\s*(\S.*?)\s*$")
+
+
+def _returns_exchanged(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
+    """Two `return` statements that traded places while their `def` lines stayed (the bodies of
+    `_is_gate` and `_is_up` exchanged): each function now answers for the other. A method moved whole
+    moves its header too and is no swap; two returns of one block cannot trade places meaningfully."""
+    moved = set(removed) & set(added)
+    if any(_HEADER.match(line) for line in moved):
+        return None
+    returns = [line for line in moved if line.lstrip().startswith("return ") and pattern.search(line)]
+    returns.sort(key=removed.index)
+    for i, first in enumerate(returns):
+        for second in returns[i + 1 :]:
+            if added.index(first) > added.index(second):
+                return f"`{first.strip()}` and `{second.strip()}` returned in each other's place"
+    return None
+
+
+def _unpacked_reversed(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:
+    """A removed expression now unpacked into two names that come back in the other order
+    (`return torch.chunk(w, 2)` into `up, gate = torch.chunk(w, 2)` and `return gate, up`)."""
+    for line in added:
+        m = _UNPACK.match(line)
+        if m is None or not any(m.group(3) in old for old in removed) or not pattern.search(line):
+            continue
+        first, second = m.group(1), m.group(2)
+        backwards = re.compile(rf"\b{second}\s*,\s*{first}\b")
+        if any(backwards.search(other) for other in added if other is not line):
+            return f"{first} and {second} unpacked and given back swapped"
     return None
 
 
