@@ -84,9 +84,16 @@ def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[s
     outside that definition. With `ran` (the functions of this file the recorded cells executed), a use
     inside a function no cell ran is no use: a builder path verl never takes does not make a method
     every model's."""
+    homes = _homes(source, names)
+    return any(ran is None or where is None or where in ran for where in homes)
+
+
+def _homes(source: bytes | None, names: tuple[str, ...]) -> set[str | None]:
+    """Where the file names its own changed definitions outside them: `Class.method` or `function`, None
+    for module or class-body code."""
     tree = pyparse.tree(source) if source is not None else None
     if tree is None or source is None:
-        return False
+        return set()
     lines = source.decode("utf-8", "replace").splitlines()
     # an import names another module's definition, even under the same name (`HeterogeneousTransformerConfig
     # as MCoreHeterogeneousTransformerConfig` beside Bridge's own class of that name)
@@ -100,16 +107,14 @@ def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[s
     defs += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, _DEFS)]
     # the definitions looked up name each other (a subclass's base): no use of the file's own
     spans = {i for n in defs if n.name in names for i in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
+    found: set[str | None] = set()
     for node in defs:
         if node.name not in names:
             continue
         for i, text in enumerate(lines, 1):
-            if i in spans or i in imports or not _named(text, node.name):
-                continue
-            where = _qualname(tree, i)
-            if ran is None or where is None or where in ran:
-                return True
-    return False
+            if i not in spans and i not in imports and _named(text, node.name):
+                found.add(_qualname(tree, i))
+    return found
 
 
 def architectures(
@@ -158,14 +163,21 @@ def own_method(name: str, text: str) -> bool:
     return len(re.findall(rf"\bdef {re.escape(name)}\(", text)) < 2
 
 
-def _architectures(
-    path: str, names: tuple[str, ...], source: bytes | None, models: Mapping[str, bytes], ran: frozenset[str] | None
+def _architectures(  # noqa: PLR0917 - one lookup, recursive through the file's own callers
+    path: str,
+    names: tuple[str, ...],
+    source: bytes | None,
+    models: Mapping[str, bytes],
+    ran: frozenset[str] | None,
+    depth: int = 0,
 ) -> tuple[str, ...] | None:
     """Like `architectures`, for plain names; () when no other file names them at all."""
     if not names:
         return ()
     if _used_at_home(source, names, ran):
         return None  # the file itself builds on the changed definition
+    # used at home only by functions no cell ran (a helper only QKVGMapping calls): their users are its users
+    homes = tuple(sorted({h.split(".", 1)[0] for h in _homes(source, names) if h is not None} - set(names)))
     users = []
     for other, blob in models.items():
         if other == path or other.endswith("__init__.py"):
@@ -174,12 +186,52 @@ def _architectures(
         if not any(_named(text, w) for w in names):
             continue
         if shared(other):
-            return None
+            if _shared_use(blob, names):
+                return None
+            continue  # shared code that only tells types apart: the objects are the model files' to build
         users.append(other)
     if not users:
-        return ()
+        return _architectures(path, homes, source, models, ran, depth + 1) if homes and depth < 2 else ()
     archs = architectures_by_file(models, only=users)
     return tuple(sorted({a for u in users for a in _by_class(models[u], names) or archs.get(u, [])})) or None
+
+
+_TYPE_TESTS = frozenset({"isinstance", "issubclass"})
+
+
+def _shared_use(blob: bytes, names: tuple[str, ...]) -> bool:
+    """Whether a shared file uses one of `names` for more than telling types apart. A mention inside an
+    `isinstance` or `issubclass` test (quantised export asking whether a mapping is a QKVGMapping) runs on
+    an object a model file built, so those model files stay its users; imports, comments and docstrings
+    run nothing. Definitions, names, attributes and strings equal to a name still count."""
+    tree = pyparse.tree(blob)
+    if tree is None:
+        text = blob.decode("utf-8", "replace")
+        return any(_named(text, w) for w in names)
+    wanted = set(names)
+    tested = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _TYPE_TESTS
+        for arg in node.args[1:]
+        for inner in ast.walk(arg)
+    }
+    for node in ast.walk(tree):
+        if id(node) in tested:
+            continue
+        if isinstance(node, ast.Name):
+            named = node.id
+        elif isinstance(node, ast.Attribute):
+            named = node.attr
+        elif isinstance(node, (*_DEFS, ast.ClassDef)):
+            named = node.name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = node.value
+        else:
+            continue
+        if named in wanted:
+            return True
+    return False
 
 
 def _by_class(source: bytes, names: tuple[str, ...]) -> list[str]:
