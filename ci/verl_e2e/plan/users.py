@@ -79,18 +79,9 @@ def _qualname(tree: ast.Module, line: int) -> str | None:
     return node.name if isinstance(node, _DEFS) else None
 
 
-def _used_at_home(source: bytes | None, names: tuple[str, ...], ran: frozenset[str] | None = None) -> bool:
-    """Whether the changed file names one of its own changed definitions (a top-level one, or a method)
-    outside that definition. With `ran` (the functions of this file the recorded cells executed), a use
-    inside a function no cell ran is no use: a builder path verl never takes does not make a method
-    every model's."""
-    homes = _homes(source, names)
-    return any(ran is None or where is None or where in ran for where in homes)
-
-
 def _homes(source: bytes | None, names: tuple[str, ...]) -> set[str | None]:
-    """Where the file names its own changed definitions outside them: `Class.method` or `function`, None
-    for module or class-body code."""
+    """Where the changed file names its own changed definitions (a top-level one, or a method) outside
+    them: `Class.method` or `function`, None for module or class-body code."""
     tree = pyparse.tree(source) if source is not None else None
     if tree is None or source is None:
         return set()
@@ -174,10 +165,14 @@ def _architectures(  # noqa: PLR0917 - one lookup, recursive through the file's 
     """Like `architectures`, for plain names; () when no other file names them at all."""
     if not names:
         return ()
-    if _used_at_home(source, names, ran):
-        return None  # the file itself builds on the changed definition
+    # the file itself builds on the changed definition; with `ran` (the functions of this file the recorded
+    # cells executed), a use inside a function no cell ran is no use: a builder path verl never takes does
+    # not make a method every model's
+    uses = _homes(source, names)
+    if any(ran is None or where is None or where in ran for where in uses):
+        return None
     # used at home only by functions no cell ran (a helper only QKVGMapping calls): their users are its users
-    homes = tuple(sorted({h.split(".", 1)[0] for h in _homes(source, names) if h is not None} - set(names)))
+    homes = tuple(sorted({h.split(".", 1)[0] for h in uses if h is not None} - set(names)))
     users = []
     for other, blob in models.items():
         if other == path or other.endswith("__init__.py"):
