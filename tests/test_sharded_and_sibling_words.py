@@ -73,6 +73,15 @@ def test_num_query_groups_set_is_parallel_layout(matrix: Matrix, tmp_path: Path)
     assert "aspect:parallel-layout" in rules.get(2, set()), rules
 
 
+def test_a_local_or_global_layout_choice_is_parallel_layout(matrix: Matrix, tmp_path: Path) -> None:
+    """probes-30 `tp-chunked-conv1d-load-uses-local-layout`: the rank's widths and the whole one's agree
+    at TP = 1, so only Level 2 loads the conv1d differently."""
+    lines = ["-            shard_idx = self.get_shard_idx(config, local_tp=False)",
+             "+            shard_idx = self.get_shard_idx(config, local_tp=True)"]  # fmt: skip
+    rules = _rules(matrix, tmp_path, MAPPING, "def hf_to_megatron(self, hf_weights, megatron_module):", lines)
+    assert "aspect:parallel-layout" in rules.get(2, set()), rules
+
+
 def test_the_pp_group_a_mapping_takes_is_parallel_layout(matrix: Matrix, tmp_path: Path) -> None:
     lines = ['-            ("pp_group", "pp"),', '+            ("pp_group", "tp"),']
     rules = _rules(matrix, tmp_path, MAPPING, "def set_process_groups_from_pg_collection(self, pg):", lines)

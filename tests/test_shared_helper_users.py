@@ -52,6 +52,22 @@ def test_a_type_test_in_shared_code_leaves_the_builders_as_users() -> None:
     assert users.architectures(PATH, words, SOURCE, _models(BUILDS)) is None  # shared code builds one itself
 
 
+@pytest.mark.parametrize(
+    ("other", "serves"),
+    [
+        ('    """Unlike :class:`QKVGMapping`, one fused tensor."""\n', ("Step3p5ForCausalLM",)),  # a docstring
+        ("    def f(self):\n        # mirrors QKVGMapping\n        return 1\n", ("Step3p5ForCausalLM",)),  # a comment
+        ("    def f(self):\n        return QKVGMapping('a', 'b', 'c', 'd')\n", None),  # code at home builds one
+    ],
+)
+def test_only_code_at_home_makes_a_mapping_shared(other: str, serves: tuple[str, ...] | None) -> None:
+    """probes-26 `gdn-linear-load-passes-ba-as-qkvz`: GDNLinearMappingSeparate's docstring and a comment
+    name GDNLinearMapping, which only Qwen3-Next's bridge builds; they build nothing."""
+    source = SOURCE + b"\n\nclass Other:\n" + other.encode()
+    words = users.symbols(source, [7])  # QKVGMapping.megatron_to_hf
+    assert users.architectures(PATH, words, source, {**_models(TESTS_TYPES), PATH: source}) == serves
+
+
 def test_a_helper_only_an_unrun_mapping_calls_serves_that_mappings_builders() -> None:
     words = users.symbols(SOURCE, [2])  # split_qkvg
     assert words == ("split_qkvg",)
@@ -70,6 +86,7 @@ def test_a_helper_only_an_unrun_mapping_calls_serves_that_mappings_builders() ->
         ('        ("mscale", "yarn_mscale"),', False),  # the GPT providers' YaRN row
         ("        kv_lora_rank = self.config.kv_lora_rank", True),
         ('        ("head_dim", "kv_channels"),', False),
+        ("            for key, value in mla_rope_params.items():", True),  # what only MLA configs carry
     ],
 )
 def test_multi_latent_attention_fields_run_on_the_mla_family(matrix: Matrix, line: str, fires: bool) -> None:
@@ -81,3 +98,23 @@ def test_multi_latent_attention_fields_run_on_the_mla_family(matrix: Matrix, lin
     if fires:
         assert hits[0].aspect.architecture == "mla" and hits[0].aspect.levels == {4}
         assert matrix.defaults.kind_families["mla"] == "deepseek_v3"
+
+
+@pytest.mark.parametrize(
+    ("line", "fires"),
+    [
+        ('        ("n_routed_experts", "num_moe_experts"),', True),  # probes-26: the key misspelled
+        ('        ("routed_scaling_factor", "moe_router_topk_scaling_factor"),', True),
+        ('        ("num_experts", "num_moe_experts"),', False),  # Qwen3-MoE's and OLMoE's key
+        ("        n_routed_experts = 8", False),  # a local name, not a config key
+    ],
+)
+def test_deepseek_style_routing_keys_run_on_the_routing_family(matrix: Matrix, line: str, fires: bool) -> None:
+    """probes-26: only DeepSeek-style checkpoints carry these HF keys; the default MoE family (Qwen3-MoE)
+    would load a misspelled row exactly as before, so shared code mapping them runs on deepseek_v3."""
+    path = "src/megatron/bridge/models/conversion/model_bridge.py"
+    hits = [h for h in find(matrix.aspects, path, [line], (), [line]) if h.aspect.name == "grouped-routing"]
+    assert bool(hits) is fires
+    if fires:
+        assert hits[0].aspect.architecture == "routing" and hits[0].aspect.levels == {4}
+        assert matrix.defaults.kind_families["routing"] == "deepseek_v3"

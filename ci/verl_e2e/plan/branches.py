@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from verl_e2e.plan import layout, pyparse
@@ -30,7 +30,7 @@ _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 class Condition:
     test: str  # the test's source
     holds: bool  # the line runs when the test is true (False: in its `else`, or after its guard)
-    kind: str  # if, elif, while, else, guard, ternary, case
+    kind: str  # if, elif, while, else, guard, ternary, case, operand
 
     def shown(self) -> str:
         if self.kind == "else":
@@ -41,6 +41,8 @@ class Condition:
             return f"the {'true' if self.holds else 'false'} side of `... if {self.test} else ...`"
         if self.kind == "case":
             return f"`case` where `{self.test}`"
+        if self.kind == "operand":
+            return f"the right side of `{self.test} {'and' if self.holds else 'or'} ...`"
         return f"`{self.kind} {self.test}`"
 
 
@@ -150,6 +152,22 @@ def from_source(source: bytes | None, lines: Iterable[int], removed: bool) -> li
     walk = _Walk(source, wanted)
     walk.block(tree.body, (), "")
     return [Branch(n, removed, f, c) for n, (f, c) in sorted(walk.found.items()) if c]
+
+
+def short_circuit(tree: ast.Module, line: int, mentions: Callable[[ast.AST], bool]) -> tuple[Condition, ...]:
+    """The layout tests an `and`/`or` evaluates before the operand that holds a mention on `line`: in
+    `if self.tp_size == 1 or _module_uses_fsdp(module):` the helper is called only at TP > 1, a condition
+    on the call that no enclosing block shows (every column and row export short-circuits so)."""
+    found: tuple[Condition, ...] = ()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.BoolOp) or not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        for i, operand in enumerate(node.values[1:], 1):
+            if any(getattr(n, "lineno", 0) == line and mentions(n) for n in ast.walk(operand)):
+                conds = (_condition(v, isinstance(node.op, ast.And), "operand") for v in node.values[:i])
+                found += tuple(c for c in conds if c is not None)
+                break
+    return found
 
 
 _HEADER = re.compile(r"^(if|elif|while)\b\s*(.*?)\s*:\s*(#.*)?$", re.S)

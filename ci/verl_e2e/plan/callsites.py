@@ -146,6 +146,9 @@ class _Reader:
         if not ran_it:  # the function's own callers decide, whatever its lines' conditions
             return self._through(path, line, function, name)
         under = branches.from_source(source, [line], True)
+        short = branches.short_circuit(tree, line, lambda n: _names(n, name, name in self.methods))
+        if short:  # `tp_size == 1 or helper(...)`: the operands before the call are its conditions too
+            under = [branches.Branch(line, True, function, (*(under[0].conditions if under else ()), *short))]
         blob = blob_id(source)
         if under:  # a layout condition: the change runs where it holds (Level 2's PP branch)
             header = set(_header(stmt))

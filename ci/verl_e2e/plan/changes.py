@@ -51,6 +51,8 @@ class ChangedFile:
     branches: tuple[Branch, ...] = ()
     # lines of the blocks whose `if`/`while` test the change rewrote (conditions.py): what it switches
     guarded: tuple[str, ...] = ()
+    # the tests whose true side holds a changed line (kindconds.holding_tests): the kinds of model it runs for
+    conditions: tuple[str, ...] = ()
     # statements after a changed assignment that read its value (flows.py): where the value goes
     flows: tuple[str, ...] = ()
     # every changed line only sets values of these classes ("" the module): bodies.py; None: it does more

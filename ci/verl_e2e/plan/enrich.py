@@ -120,6 +120,7 @@ def with_ast_scopes(
                 new_definitions=additions.still_new(f.new_definitions, before),
                 unrecorded_conditions=_unrecorded(before, d.removed_at) or _unrecorded(after, d.added_at),
                 typed_conditions=_typed(before, d.removed_at) or _typed(after, d.added_at),
+                conditions=tuple(dict.fromkeys((*_holding(before, d.removed_at), *_holding(after, d.added_at)))),
             )
         )
     return out
@@ -128,6 +129,11 @@ def with_ast_scopes(
 def _unrecorded(source: bytes | None, lines: Sequence[int]) -> bool:
     tree = pyparse.tree(source) if source is not None and lines else None
     return tree is not None and any(kindconds.unrecorded_condition(tree, n, handed_over=True) for n in lines)
+
+
+def _holding(source: bytes | None, lines: Sequence[int]) -> list[str]:
+    tree = pyparse.tree(source) if source is not None and lines else None
+    return [t for n in lines for t in kindconds.holding_tests(tree, n)] if tree is not None else []
 
 
 def _typed(source: bytes | None, lines: Sequence[int]) -> bool:

@@ -63,3 +63,34 @@ def _tests_above(body: Sequence[ast.stmt], line: int) -> list[ast.expr]:
                 tests += _tests_above(block, line)
         break
     return tests
+
+
+_GETATTR = re.compile(r"""getattr\(([\w.]+),\s*['"](\w+)['"](?:,[^()]*)?\)""")
+
+
+def holding_tests(tree: ast.Module, line: int) -> list[str]:
+    """The tests whose true side holds `line` (an `if`/`while` body, a conditional expression's value
+    side), as source with `getattr(x, "name", d)` read as `x.name`: the kinds of model a line runs only
+    for (`if getattr(provider, "attention_output_gate", False):`). Not a guard or an `else`: a line that
+    runs where a kind is absent is no code of that kind."""
+    tests: list[ast.expr] = []
+    body: Sequence[ast.stmt] = tree.body
+    while (st := next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)) is not None:
+        held = next((b for b in _blocks(st) if b[0].lineno <= line <= (b[-1].end_lineno or b[-1].lineno)), None)
+        if held is None:  # the statement itself: its conditional expressions
+            tests += [n.test for n in ast.walk(st) if isinstance(n, ast.IfExp) and _spans(n.body, line)]
+            break
+        if isinstance(st, (ast.If, ast.While)) and held is st.body:
+            tests.append(st.test)
+        body = held
+    return [_GETATTR.sub(r"\1.\2", ast.unparse(t)) for t in tests]
+
+
+def _blocks(st: ast.stmt) -> list[list[ast.stmt]]:
+    found = [getattr(st, f, None) for f in ("body", "orelse", "finalbody")]
+    found += [h.body for h in getattr(st, "handlers", [])] + [c.body for c in getattr(st, "cases", [])]
+    return [b for b in found if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
+
+
+def _spans(node: ast.expr, line: int) -> bool:
+    return node.lineno <= line <= (node.end_lineno or node.lineno)

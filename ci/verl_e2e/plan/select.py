@@ -13,11 +13,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from verl_e2e.config.aspects import Hit, find
+from verl_e2e.config.aspects import find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.plan import (
     architecture,
+    around,
     bodies,
     branch_levels,
     collector,
@@ -85,7 +86,8 @@ class _Scan:
             # what real cells ran comes first: ignore lists and static reach can both miss it
             unbuilt = None if file.cosmetic or file.log_only else bodies.unbuilt(file, group is not None, ran)
             unbuilt = unbuilt or gated.closed(matrix, file, ran) or gated.uncalled(matrix, file)
-            unbuilt = unbuilt or _overridden(self.found, file) or unrun.untaken_branch(file, ran)
+            kind = around.of_a_kind(matrix, file)  # lines only a kind of model runs: not every cell shares them
+            unbuilt = unbuilt or _overridden(self.found, file) or (None if kind else unrun.untaken_branch(file, ran))
             unbuilt = unbuilt or refuted(matrix, file, ran)
             quiet_file = file.cosmetic or file.log_only or unbuilt is not None
             nowhere = None if quiet_file else unrun.nowhere(self.cells, file, ran, self.fams)
@@ -128,6 +130,8 @@ class _Scan:
         elif untaken is not None:
             self.found.unexecuted[untaken] = None
             self.ran_around.add(file.path)
+        elif not hits and (uncalled := unrun.never_called(self.ran, file, self.fams)) is not None:
+            self.found.unexecuted[uncalled] = None  # said only: the rules still choose the levels
         shared = family_dir(file.path) in (None, *SHARED_DIRS)
         for ran, qualname in cheapest(hits, self.matrix.defaults.family):
             known = shared and ran.family in self.matrix.families and self.fams.users(file) is None
@@ -150,7 +154,7 @@ class _Scan:
         # row: `"RMSNorm",` moved within `_MODULE_TYPE_REGISTRY`)
         scopes = (*file.scopes, *dict.fromkeys(d.name for d in file.defaults if d.name not in file.scopes))
         hits = find(self.matrix.aspects, file.path, file.diff_lines, scopes, added, removed=removed)
-        hits += _switched(self.matrix, file, seen := {h.aspect.name for h in hits}) + _flowed(self.matrix, file, seen)
+        hits += around.hits(self.matrix, file, {h.aspect.name for h in hits})
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
         for hit in hits:
@@ -296,33 +300,6 @@ def _retests(matrix: Matrix, scan: _Scan, file: ChangedFile) -> bool:
             scan.col.add(cell.level, target, {cell.kind}, ("layout-branch", why), file.path)
             picked = True
     return picked
-
-
-def _switched(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
-    """Level 5 and parallel-layout aspects of the blocks a changed `if`/`while` test decides on
-    (conditions.py): what the block computes, or the layout flag it sets (`disable_sequence_parallel_comm
-    = True` under a turned-around `base_linear_is_parallel` test matters only under sequence parallel)."""
-    if not file.guarded:
-        return []
-    # a weight-layout line under a changed test is as good as rewritten: it now runs for other tensors; an
-    # option set there (`provider_kwargs["rotary_base"] = ...`) is as good as set: it is now set or not
-    wanted = {5, 2}
-    numerics = [a for a in matrix.aspects if a.levels & wanted and a.lines != "permuted" and a.name not in seen]
-    hits = find(numerics, file.path, file.guarded, (), file.guarded)
-    return [replace(h, where="block its changed condition decides on") for h in hits]
-
-
-CONVERSION = "src/megatron/bridge/models/conversion/"
-
-
-def _flowed(matrix: Matrix, file: ChangedFile, seen: set[str]) -> list[Hit]:
-    """Expert-parallel aspects of the statements a changed value flows into (flows.py): a value that
-    decides whether experts are renumbered across EP ranks matters only where there are several."""
-    if not file.flows or not file.path.startswith(CONVERSION):
-        return []  # adapter and model code name experts in values that do not decide the EP layout
-    layout = [a for a in matrix.aspects if a.name == "expert-parallel" and a.name not in seen]
-    hits = find(layout, file.path, file.flows, ())
-    return [replace(h, where="statements its changed value flows into") for h in hits]
 
 
 def _overridden(found: Findings, file: ChangedFile) -> str | None:

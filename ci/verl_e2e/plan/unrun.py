@@ -52,6 +52,32 @@ def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran
     )
 
 
+def never_called(ran: Sequence[Ran], file: ChangedFile, fams: Targets) -> str | None:
+    """The sentence for changed lines inside functions that no recorded cell called, in a file whose very
+    version cells recorded the lines of (they imported it and ran other code in it): a Pass of the plan's
+    Level 0 would say nothing about them. Only where every family the change runs on has recorded cells,
+    cannot run in verl, or is none (architectures no family runs): a family no record covers may call
+    them. Not for lines under a layout condition, or called only under one: the layout rules and the
+    unrecorded levels decide those (a kind or state condition inside a function no cell called changes
+    nothing)."""
+    if not file.functions or file.module_level or not file.base_lines or file.diff_lines is None:
+        return None
+    if file.branches or file.caller_branches or not file.path.startswith("src/"):
+        return None
+    base = file.old_path or file.path
+    seen = [lines for r in ran if (lines := r.ran_lines(base, file.old_blob)) is not None]
+    if not seen or any(lines & set(file.base_lines) for lines in seen):
+        return None
+    recorded = {r.family for r in ran}
+    families = fams.targets(file.path, file, changed=True)
+    if any(f not in recorded and fams.matrix.families[f].blocked("all") is None for f in families):
+        return None
+    return (
+        f"changed lines no recorded cell ran: {base}:{runtime_spans(frozenset(file.base_lines))} (base lines; "
+        f"none of the {len(seen)} recorded cells that ran this file called the code around them)"
+    )
+
+
 def ran_around(ran: Sequence[Ran], file: ChangedFile) -> list[tuple[Ran, str]]:
     """The recorded cells that ran the functions around a change they did not take, for lines under a
     test on the type of what a caller hands over (an integer replica id from another checkpointing

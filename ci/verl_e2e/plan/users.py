@@ -85,7 +85,6 @@ def _homes(source: bytes | None, names: tuple[str, ...]) -> set[str | None]:
     tree = pyparse.tree(source) if source is not None else None
     if tree is None or source is None:
         return set()
-    lines = source.decode("utf-8", "replace").splitlines()
     # an import names another module's definition, even under the same name (`HeterogeneousTransformerConfig
     # as MCoreHeterogeneousTransformerConfig` beside Bridge's own class of that name)
     imports = {
@@ -98,14 +97,19 @@ def _homes(source: bytes | None, names: tuple[str, ...]) -> set[str | None]:
     defs += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, _DEFS)]
     # the definitions looked up name each other (a subclass's base): no use of the file's own
     spans = {i for n in defs if n.name in names for i in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
-    found: set[str | None] = set()
-    for node in defs:
-        if node.name not in names:
-            continue
-        for i, text in enumerate(lines, 1):
-            if i not in spans and i not in imports and _named(text, node.name):
-                found.add(_qualname(tree, i))
-    return found
+    # code that names them, not a comment or a docstring that mentions one (`mirrors GDNLinearMapping`)
+    wanted = {n.name for n in defs if n.name in names}
+    named = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.expr) and _word(n) in wanted}
+    return {_qualname(tree, i) for i in sorted(named) if i not in spans and i not in imports}
+
+
+def _word(node: ast.AST) -> str | None:
+    """The name a node uses: a name, an attribute, or a string that is exactly a name (`getattr`)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def architectures(
@@ -214,16 +218,7 @@ def _shared_use(blob: bytes, names: tuple[str, ...]) -> bool:
     for node in ast.walk(tree):
         if id(node) in tested:
             continue
-        if isinstance(node, ast.Name):
-            named = node.id
-        elif isinstance(node, ast.Attribute):
-            named = node.attr
-        elif isinstance(node, (*_DEFS, ast.ClassDef)):
-            named = node.name
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            named = node.value
-        else:
-            continue
+        named = node.name if isinstance(node, (*_DEFS, ast.ClassDef)) else _word(node)
         if named in wanted:
             return True
     return False
