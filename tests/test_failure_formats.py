@@ -368,3 +368,18 @@ def test_a_weight_sync_into_the_rollout_engine_is_a_training_step_not_an_engine_
     )
     ev = _ev(V.python_traceback("AssertionError", "param_data.shape == loaded_weight.shape", frames))
     assert (ev.failure_class, ev.failed_in) == ("runtime", "training")
+
+
+@pytest.mark.parametrize("at_end", [True, False])
+def test_a_warning_that_quotes_its_call_site_is_no_traceback(at_end: bool) -> None:
+    """A qwen35_vl cell that trained, synced and exited 0 was judged Fail (runtime): Dynamo's warning
+    prints `File "...", line 101, in maybe_autocast_dtype` with no traceback header, and an open block at
+    the end of the log read as a cut-off traceback."""
+    log = V.run(1) + V.dynamo_warning() if at_end else V.dynamo_warning() + V.run(1)
+    ev = parse_bytes(log.encode())
+    assert ev.exception is None and ev.failure_class == "none", (ev.exception, ev.failure_class, ev.frames)
+
+
+def test_a_traceback_cut_off_after_its_header_still_fails() -> None:
+    cut = V.run(1) + f"{V.WORKER}Traceback (most recent call last):\n" + f'{V.WORKER}  File "/x/y.py", line 3, in f\n'
+    assert parse_bytes(cut.encode()).failure_class == "runtime"

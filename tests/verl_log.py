@@ -139,6 +139,23 @@ def run(
     return "".join(out)
 
 
+def dynamo_warning(prefix: str = WORKER) -> str:
+    """torch.compile's warning about a cached function it traces through, which quotes the call site in
+    traceback form with no traceback around it (seen on the H200 after a passing step, 2026-12-05)."""
+    site = "/root/node/site/transformer_engine/pytorch/ops/_common.py"
+    lines = [
+        "/opt/torch/.venv/lib/python3.12/site-packages/torch/_dynamo/variables/functions.py:2202: UserWarning: "
+        "Dynamo detected a call to a `functools.lru_cache`-wrapped function at '_common.py:101'.",
+        "",
+        "This call originates from:",
+        f'  File "{site}", line 101, in maybe_autocast_dtype',
+        "    if torch_version() >= (2, 4, 3):",
+        "",
+        "  torch._dynamo.utils.warn_once(msg)",
+    ]
+    return "".join(f"{prefix}{line}\n" for line in lines)
+
+
 def worker_traceback(
     exc_type: str,
     message: str,

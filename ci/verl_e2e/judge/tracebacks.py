@@ -57,6 +57,9 @@ class Block:
     type: str | None = None
     message: str = ""
     steps_before: int = 0  # step lines seen when it ended (a later step means training went on)
+    # opened by a traceback's header (Python's, Ray's, an unhandled-error line), not by a lone `File "..."`
+    # line: a warning that quotes its call site (Dynamo's "This call originates from:") is no traceback
+    headed: bool = False
 
     def add_frame(self, func: str, path: str, line: int = 0) -> None:
         if len(self.frames) >= MAX_FRAMES:
@@ -96,6 +99,7 @@ class Tracebacks:
         for m in _RAY_METHOD.finditer(text):
             self._open().add_frame(m.group(1).removeprefix("actor_rollout_"), "ray::")
             self._name(m.group(1))
+            self._open().headed = True
         ray = _RAY_TASK_ERROR.search(text)
         if ray:
             self._open().ray_types.append(ray.group(1))
@@ -112,11 +116,11 @@ class Tracebacks:
         if _TRACEBACK in text:
             if self.current is not None and self.current.frames and not self.current.ray_types:
                 self._close(None, "", steps)  # a traceback that never printed its exception (cut off)
-            self._open()
+            self._open().headed = True
             return False
         if _UNHANDLED.search(text):
             self.unhandled = True
-            self._open()
+            self._open().headed = True
             return False
         return self._exception(text.strip(), steps)
 
@@ -180,6 +184,8 @@ class Tracebacks:
             if len(self.blocks) < MAX_BLOCKS:
                 self.blocks.append(block)
         if later.current is not None:
+            if self.current is not None and self.current.headed and not later.blocks:
+                later.current.headed = True  # the traceback this range left open goes on there
             self.current = later.current
         self.standalone = self.standalone or later.standalone
         self.interrupted = self.interrupted or later.interrupted
@@ -192,12 +198,14 @@ class Tracebacks:
         self.ray_message = self.ray_message or later.ray_message
 
     def root(self, total_steps: int) -> Block | None:
-        """The first traceback after which training did not go on, else one left open (cut off)."""
+        """The first traceback after which training did not go on, else one left open (cut off): a
+        traceback's header, then frames, then the log ends. Frames no header opened are a warning's."""
         for i, block in enumerate(self.blocks):
             if block.steps_before >= total_steps and (block.type or block.ray_types):
                 return past_subprocess(self.blocks, i)
-        if self.current is not None and (self.current.frames or self.current.ray_types):
-            return self.current
+        current = self.current
+        if current is not None and (current.ray_types or (current.frames and current.headed)):
+            return current
         return None
 
     def exception(self, total_steps: int) -> dict[str, str] | None:
