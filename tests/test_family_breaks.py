@@ -84,6 +84,11 @@ EXPECTED = {
     "qwen35_moe": ("cannot_run", "Blocked", "setup", "Invalid type of HuggingFace config"),
     # merged, the rollout runs other weights than the trainer (not traced to a tensor yet)
     "qwen_audio.cannot_run": ("cannot_run", "Fail", "rollout_weights", "ran other weights than the trainer"),
+    # Qwen3-Next-style MoE blocks: the rollout runs other weights than the trainer (dense Qwen3.5-VL matches)
+    "qwen3_next": ("cannot_run", "Fail", "rollout_weights", "ran other weights than the trainer"),
+    "qwen35_vl_moe.cannot_run": ("cannot_run", "Fail", "rollout_weights", "ran other weights than the trainer"),
+    # Bridge's ERNIE-4.5-VL forward passes verl's absent mm_token_type_ids to transformers' rope index
+    "ernie_vl.cannot_run": ("cannot_run", "Fail", "runtime", "TypeError: 'NoneType' object is not subscriptable"),
     # the pinned vLLM and transformers do not import Mistral 3's vision module together
     "ministral3": ("cannot_run", "Blocked", "setup", "cannot import name 'PixtralRotaryEmbedding'"),
 }
