@@ -257,6 +257,8 @@ def run_phases(
             f"trainer.default_local_dir={ckpt_root}",
             # a Ray cluster of the cell's own, never one that happens to run on the machine
             "++ray_kwargs.ray_init.address=local",
+            # no cell reads Ray's dashboard; its process and its agents cost the launch a few seconds
+            "++ray_kwargs.ray_init.include_dashboard=False",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH={pythonpath}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_E2E_TRACE_DIR={trace}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_E2E_TRACE_ROOT={args.bridge.resolve()}",
