@@ -14,19 +14,21 @@ import time
 from pathlib import Path
 
 import arith_task
+import image_task
 from records import Recorder, write_json
 
 
 def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict, work: Path) -> str | None:
     """The cell's parquet from the (read-only) cache, or made for this cell alone under its work dir:
-    GSM8K with verl's own preprocessing, Level 5's arithmetic with arith_task.py."""
+    GSM8K with verl's own preprocessing, Level 5's arithmetic with arith_task.py, Level 4's pictures with
+    image_task.py."""
     train, val = Path(env["TRAIN_FILES"]), Path(env["VAL_FILES"])
     started = time.time()
     if train.is_file() and val.is_file():
         rec.step("data", "ok", f"{train.parent.name} parquet from the cache ({train.parent})", started)
         return None
-    if train.parent.name == "arith":
-        return _make_arith(train, val, rec, work, started)
+    if train.parent.name in TASKS:
+        return _make_task(train, val, rec, work, started)
     raw = Path(env.get("VERL_E2E_GSM8K_RAW") or train.parent.parent / "gsm8k-raw")  # the site's cache layout
     target = work / "data" / "gsm8k"
     cmd = [sys.executable, "examples/data_preprocess/gsm8k.py", "--local_save_dir", str(target)]
@@ -44,16 +46,20 @@ def prepare_data(env: dict, verl: Path, rec: Recorder, base_env: dict, work: Pat
     return None
 
 
-def _make_arith(train: Path, val: Path, rec: Recorder, work: Path, started: float) -> str | None:
-    """Level 5's task made for this cell; the reward function's cache path is mapped to the made copy."""
-    target = work / "data" / "arith"
+TASKS = {"arith": arith_task.write, "images": image_task.write}  # the cache folder -> what writes it
+
+
+def _make_task(train: Path, val: Path, rec: Recorder, work: Path, started: float) -> str | None:
+    """A task of ours made for this cell; the reward function's cache path is mapped to the made copy."""
+    name = train.parent.name
+    target = work / "data" / name
     try:
-        arith_task.write(target)
+        TASKS[name](target)
     except (OSError, ImportError, ValueError) as exc:
-        return f"the arithmetic task could not be made ({exc}); run `tools/offline_node.sh setup` or prefetch"
+        return f"the {name} task could not be made ({exc}); run `tools/offline_node.sh setup` or prefetch"
     rec.overrides.update(TRAIN_FILES=str(target / train.name), VAL_FILES=str(target / val.name))
     rec.arg_paths.append((str(train.parent), str(target)))  # reward.custom_reward_function.path
-    rec.step("data", "ok", f"made the arithmetic task for this cell ({target})", started)
+    rec.step("data", "ok", f"made the {name} task for this cell ({target})", started)
     return None
 
 

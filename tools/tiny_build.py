@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_keys import DERIVED, MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, TOKENIZER_FILES, Family, _one_line
-from tiny_processor import multimodal_tokens
+from tiny_processor import chat_template, multimodal_tokens
 from tiny_release import add_release_keys, release_names
 from tiny_shrink import (
     _is_int,
@@ -279,6 +279,7 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
             _write_mtp(cls, config, architecture, out, res)
         GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
         if processor is not None:
+            processor.chat_template = tokenizer.chat_template = chat_template(config, tokenizer, processor)
             processor.save_pretrained(out)
         elif len(tokenizer) > len(AutoTokenizer.from_pretrained(tokenizer_dir)):
             tokenizer.save_pretrained(out)

@@ -7,6 +7,7 @@ image/video/audio id of the config). transformers is imported inside the functio
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -196,3 +197,39 @@ def _processor(config: Any, proc_cls: Any, tokenizer: Any) -> Any:
     return proc_cls(
         **_processor_parts(config.model_type, proc_cls, tokenizer, vision_geometry(config), audio_geometry(config))
     )
+
+
+# ChatML, as the tiny tokenizer's own template renders a string message, plus the parts of a multimodal one:
+# verl's dataset turns "<image>What colour ..." into [{"type": "image", ...}, {"type": "text", ...}], and the
+# tokenizer's template would concatenate that list into the prompt as text
+_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ IMAGE }}{% elif part['type'] == 'video' %}{{ VIDEO }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{{ '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def chat_template(config: Any, tokenizer: Any, processor: Any) -> str:
+    """The chat template of a tiny VLM: each picture becomes the processor's image token (which the processor
+    expands to the picture's patch count), between the vision start and end tokens where the config has them
+    (Qwen's `<|vision_start|><|image_pad|><|vision_end|>`: its rope index finds pictures by the start token)."""
+    where = [config, getattr(config, "text_config", None)]  # Qwen keeps them at the top, some in the text config
+    start, end = (
+        next((v for c in where if _is_int(v := getattr(c, f"vision_{edge}_token_id", None))), None)
+        for edge in ("start", "end")
+    )
+    around = (
+        (tokenizer.convert_ids_to_tokens(start), tokenizer.convert_ids_to_tokens(end))
+        if start is not None and end is not None
+        else ("", "")
+    )
+
+    def literal(kind: str) -> str:
+        token = getattr(processor, f"{kind}_token", None)
+        return json.dumps(f"{around[0]}{token}{around[1]}" if isinstance(token, str) else "")
+
+    return _TEMPLATE.replace("IMAGE", literal("image")).replace("VIDEO", literal("video"))
