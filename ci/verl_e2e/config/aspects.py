@@ -152,10 +152,12 @@ def find(
     added: Sequence[str] | None = None,
     *,
     removed: Sequence[str] = (),
+    declared: frozenset[str] = frozenset(),
 ) -> list[Hit]:
     """Every aspect whose pattern matches the file's changed code or the names of its enclosing scopes
     (`added`: the lines the change adds to a file that existed, for aspects that read only those;
-    `removed`: the lines it takes away, which `rewritten` aspects compare them with).
+    `removed`: the lines it takes away, which `rewritten` aspects compare them with; `declared`: the
+    options the whole change declares None, which option aspects do not count where they are handed on).
 
     With RE2, one set match per text says which aspects can fire, and only those are searched for
     the term: a 3,000-file diff stays well under a second."""
@@ -163,13 +165,20 @@ def find(
     bare = _STRING.sub('""', code)
     names = "\n".join(scopes)
     maybe = _candidates(aspects, code, bare, names)
+    # a line the change removes and adds again, indentation and all, moved: the words on it changed nothing
+    # (a function moved down its file); only the aspects that compare the two sides read it. Not a line
+    # that opens a block: moved, `if self.tp_size == 1:` guards other code (a fix of ETP imports did that)
+    moved = {x for x in set(removed) & set(added or ()) if not x.split("  #", 1)[0].rstrip().endswith(":")}
+    if moved:
+        code = "\n".join(line for line in code_lines(x for x in lines if x not in moved) if not _IMPORT.match(line))
+        bare = _STRING.sub('""', code)
     hits = []
     for aspect in aspects:
         if id(aspect) not in maybe or (aspect.paths is not None and not aspect.paths.matches(path)):
             continue
         text = code if aspect.strings else bare
         if aspect.lines != "all":
-            text = "\n".join(code_lines(added or ()))
+            text = "\n".join(code_lines(x for x in added or () if x not in moved))
             text = text if aspect.strings else _STRING.sub('""', text)
         if aspect.lines in ("rewritten", "permuted"):
             compare = rewritten if aspect.lines == "rewritten" else permuted
@@ -177,7 +186,7 @@ def find(
             if term is not None:
                 hits.append(Hit(aspect, term, "changed lines"))
             continue
-        m = aspect.pattern.search(text)
+        m = _setting(aspect.pattern, text, declared) if aspect.lines == "added" else aspect.pattern.search(text)
         if m:
             hits.append(Hit(aspect, m.group(0), "changed lines"))
             continue
@@ -186,6 +195,33 @@ def find(
             scope = names[names.rfind("\n", 0, m.start()) + 1 : (names.find("\n", m.end()) + 1 or len(names) + 1) - 1]
             hits.append(Hit(aspect, m.group(0), f"name of {scope}, which encloses the change", scope))
     return hits
+
+
+# an option declared without a value (`logit_dtype: torch.dtype | None = None`, a new field off by default),
+# and, where the change declares it so, the same option handed on (`logit_dtype=config.logit_dtype`,
+# `"logit_dtype": provider.logit_dtype`): what every step computes stays as it was. Handing on an option
+# the change does not declare None may pass a value the callee did not get before, so that still counts.
+_NONE = re.compile(r"\b(\w+)(\s*:[^=\n]*=|\s*=|[\"']\s*:)\s*None(?![\w(\[]|\.\w|\s+(if|or|and)\b)")
+_HANDED_ON = re.compile(r"\b(\w+)(\s*=|[\"']\s*:)\s*([\w.]+\.)?\1(?![\w(\[]|\.\w|\s+(if|or|and)\b)")
+
+
+def declared_none(lines: Iterable[str]) -> frozenset[str]:
+    """The options these added lines declare without a value (the whole change's: one file declares the
+    field, others hand it on)."""
+    return frozenset(n.group(1) for n in _NONE.finditer("\n".join(code_lines(lines))))
+
+
+def _setting(pattern: Any, text: str, declared: frozenset[str] = frozenset()) -> Any:
+    """The first match of an option aspect that sets a value: not an option declared None, nor one the
+    change declares None and hands on."""
+    nones = list(_NONE.finditer(text))
+    declared |= {n.group(1) for n in nones}
+    unset = [(u.start(), u.end()) for u in nones]
+    unset += [(u.start(), u.end()) for u in _HANDED_ON.finditer(text) if u.group(1) in declared]
+    for m in pattern.finditer(text):
+        if not any(a <= m.start() < b for a, b in unset):
+            return m
+    return None
 
 
 def rewritten(pattern: Any, removed: Sequence[str], added: Sequence[str]) -> str | None:

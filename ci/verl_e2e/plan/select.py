@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from verl_e2e.config.aspects import find
+from verl_e2e.config.aspects import declared_none, find
 from verl_e2e.config.matrix import Matrix, Rule
 from verl_e2e.errors import UsageError, did_you_mean
 from verl_e2e.plan import (
@@ -69,14 +69,13 @@ class _Scan:
     """One pass of the matrix's escalations, ignore lists, rules and aspects over the changed files."""
 
     def __init__(self, matrix: Matrix, files: Sequence[ChangedFile], surface: Surface | None, ran: Sequence[Ran]):
-        self.matrix = matrix
-        self.surface = surface
-        self.ran = ran
+        self.matrix, self.surface, self.ran = matrix, surface, ran
         self.col = Collector()
         self.fams = Targets(matrix)
         self.found = Findings(changed=len(files))
         self.cells = layout.cell_layouts(matrix)
         self.ran_around: set[str] = set()  # files whose changed lines no cell took, in code cells ran
+        self.nones = declared_none(line for f in files for line in _added(f))  # options the change adds unset
         escalated = {f.path for f in files for rule in matrix.escalations if self._apply(rule, f)}
         whole = self.col
         for file in (refute_callers(matrix, f, ran) for f in files):
@@ -153,7 +152,9 @@ class _Scan:
         # the fields whose values the change edits name what it touches as its defs do (a multi-line table's
         # row: `"RMSNorm",` moved within `_MODULE_TYPE_REGISTRY`)
         scopes = (*file.scopes, *dict.fromkeys(d.name for d in file.defaults if d.name not in file.scopes))
-        hits = find(self.matrix.aspects, file.path, file.diff_lines, scopes, added, removed=removed)
+        hits = find(
+            self.matrix.aspects, file.path, file.diff_lines, scopes, added, removed=removed, declared=self.nones
+        )
         hits += around.hits(self.matrix, file, {h.aspect.name for h in hits})
         hits, note = unrun.kept_hits(hits, file, self.ran)
         self.found.unexecuted |= dict.fromkeys(n for n in [note] if n is not None)
@@ -309,6 +310,12 @@ def _overridden(found: Findings, file: ChangedFile) -> str | None:
         return None
     found.unexecuted[overrides.unseen(file.path, names)] = None
     return overrides.unseen(file.path, names)
+
+
+def _added(file: ChangedFile) -> tuple[str, ...]:
+    """The lines the change adds to the file (every line of a new one)."""
+    lines = file.diff_lines or ()
+    return lines if file.status == "A" else lines[len(lines) - len(file.added_at) :]
 
 
 def _unmatched_runs_level0(fams: Targets, col: Collector, file: ChangedFile) -> None:
