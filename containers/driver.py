@@ -101,17 +101,20 @@ def _alive(pid: int) -> bool:
 # ------------------------------------------------------------------------------------------ main
 
 
-def translate(value: str, mapping: list[tuple[str, str]]) -> str:
+def translate(value: str, mapping: list[tuple[str, str]], *then: list[tuple[str, str]]) -> str:
+    """A path by the first pair of `mapping` it falls under, then by each later mapping in turn (the
+    cell's container paths -> this machine's, then a cache dir -> the copy the driver made of it)."""
     for src, dst in mapping:
         if value == src or value.startswith(src.rstrip("/") + "/"):
-            return dst + value[len(src.rstrip("/")) :]
-    return value
+            value = dst + value[len(src.rstrip("/")) :]
+            break
+    return translate(value, *then) if then else value
 
 
-def translate_arg(arg: str, mapping: list[tuple[str, str]]) -> str:
+def translate_arg(arg: str, mapping: list[tuple[str, str]], *then: list[tuple[str, str]]) -> str:
     """A Hydra `key=value` whose value is a cache path (Level 5's reward function) -> this machine's path."""
     key, sep, value = arg.partition("=")
-    return key + sep + translate(value, mapping) if sep else arg
+    return key + sep + translate(value, mapping, *then) if sep else arg
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -240,11 +243,14 @@ def run_phases(
     imports: importcheck.ModuleImports | None = None,
 ) -> None:
     ckpt_root = args.work / "checkpoints"
-    mapping = [*rec.arg_paths, *(tuple(m.split("=", 1)) for m in args.map)]
+    # the cell's paths -> this machine's, then a cache dir the driver made a copy of -> the copy (a task
+    # made for the cell: its reward function's path; the tiny Qwen3-VL's image cell found the cache's,
+    # absent, when the two were one list and the first pair won, H100, 2026-12-05)
+    mapping: list[tuple[str, str]] = [(a, b) for a, _, b in (m.partition("=") for m in args.map)]
     listing: dict = {}
     for index, phase in enumerate(cell["phases"]):
         env = dict(env0)
-        env.update({k: translate(v, mapping) for k, v in phase["env"].items()})
+        env.update({k: translate(v, mapping, rec.arg_paths) for k, v in phase["env"].items()})
         env.update(rec.overrides)
         trace = args.out / "trace" / phase["name"]  # every process of the phase records its Bridge functions
         env.update(VERL_E2E_TRACE_DIR=str(trace), VERL_E2E_TRACE_ROOT=str(args.bridge.resolve()))
@@ -252,7 +258,7 @@ def run_phases(
         cmd = [
             "bash",
             WRAPPER,
-            *(translate_arg(a, mapping) for a in phase["args"]),
+            *(translate_arg(a, mapping, rec.arg_paths) for a in phase["args"]),
             *extra,
             f"trainer.default_local_dir={ckpt_root}",
             # a Ray cluster of the cell's own, never one that happens to run on the machine

@@ -229,3 +229,17 @@ def test_the_probe_records_the_bridge_lines_that_ran_and_not_the_branch_that_did
     covered = {n for first, last in ran for n in range(first, last + 1)}
     assert {2, 3, 5} <= covered and 4 not in covered, ran
     assert {"gather", "<module>"} <= {f["qualname"] for f in data["functions"]}
+
+
+def test_a_cache_path_the_driver_made_a_copy_of_follows_both_mappings() -> None:
+    """The run-cell map takes the cell's `/cache` to this machine's; the task the driver made for the cell
+    then replaces that machine's cache dir (the reward function beside the made parquet)."""
+    host = [("/cache", "/node/cache")]
+    made = [("/node/cache/datasets/images", "/node/runs/.work-x/data/images")]
+    arg = "reward.custom_reward_function.path=/cache/datasets/images/reward.py"
+    assert driver.translate_arg(arg, host, made).endswith("=/node/runs/.work-x/data/images/reward.py")
+    assert (
+        driver.translate("/cache/datasets/gsm8k/train.parquet", host, made)
+        == "/node/cache/datasets/gsm8k/train.parquet"
+    )
+    assert driver.translate("/elsewhere/x", host, made) == "/elsewhere/x"

@@ -485,3 +485,17 @@ def test_38_gemma2s_sliding_window_meets_verls_two_dimensional_mask(tmp_path: Pa
     from verl_e2e.config.matrix import load_matrix
 
     assert "gemma2_provider.py:267" in (load_matrix().families["gemma2"].cannot_run or "")
+
+
+def test_39_the_image_cells_reward_path_pointed_at_the_cache_and_is_the_harness(tmp_path: Path) -> None:
+    """Level 4's VLM cell with a picture per prompt on the tiny Qwen3-VL: the images went through verl's
+    processor filter (all 256 kept), the actor and rollout built, vLLM generated, and the reward workers
+    then looked for the task's reward function in the node's cache, where the driver had not written it
+    (the made copy's path was not applied after the run-cell map; fixed in driver.translate). Blocked,
+    the environment's, not a Fail the PR would be blamed for."""
+    src = OURS / "39-blocked-level4-tiny-qwen3-vl-images-reward-path"
+    v = _judge(src, tmp_path)
+    assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
+    assert "Custom module file not found" in v.headline and "no Bridge frame" in v.headline
+    log = (src / "run.log").read_text()
+    assert "filter dataset len: 256" in log and "data.image_key=images" in log
