@@ -239,6 +239,49 @@ def test_a_diff_inside_an_unnamed_method_of_a_config_class_no_cell_builds_select
         assert "none builds ConfigContainer" in sel.off_surface[CONFIG]
 
 
+OVERLAP = "src/megatron/bridge/training/comm_overlap.py"
+# a default and the setup that reads it, changed together (dev PR #1395's kind): a field line and lines deep in
+# a method git's hunk headers do not name, both under the class
+FIELD_AND_METHOD_DIFF = "\n".join(
+    [
+        f"diff --git a/{OVERLAP} b/{OVERLAP}",
+        f"--- a/{OVERLAP}",
+        f"+++ b/{OVERLAP}",
+        "@@ -380,5 +380,5 @@ class CommOverlapConfig:",
+        "     tp_comm_overlap: bool = False",
+        "     tp_comm_overlap_cfg: Optional[TPOverlapCfg] = None",
+        "     tp_comm_bootstrap_backend: Optional[str] = None",
+        "-    tp_comm_bootstrap_backend: Optional[str] = None",
+        '+    tp_comm_bootstrap_backend: Optional[str] = "nccl"',
+        "     overlap_p2p_comm: Optional[bool] = None",
+        "@@ -415,5 +415,3 @@ class CommOverlapConfig:",
+        "         if not self.tp_comm_overlap:",
+        "             self.user_comm_overlap_cfg.tp_comm_overlap = False",
+        "-            self.tp_comm_overlap_cfg = None",
+        "-            self.tp_comm_bootstrap_backend = None",
+        "         return self.user_comm_overlap_cfg",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("ran", "unbuilt"),
+    [
+        ({"CommOverlapConfig", "LoggerConfig.finalize"}, True),
+        ({"CommOverlapConfig", "CommOverlapConfig.setup"}, False),  # a cell built it
+    ],
+)
+def test_fields_and_methods_of_a_config_class_no_cell_builds_select_nothing(
+    matrix: Matrix, ran: set[str], unbuilt: bool
+) -> None:
+    (file,) = with_diff([ChangedFile(OVERLAP)], parse_unified_diff(FIELD_AND_METHOD_DIFF))
+    assert file.unnamed_methods == ("CommOverlapConfig",) and file.methods_only == ()
+    sel = select(matrix, [file], ran=[_record(*ran, path=OVERLAP)])
+    assert (sel.levels == ()) is unbuilt, sel.reasons
+    if unbuilt:
+        assert "none builds CommOverlapConfig" in sel.off_surface[OVERLAP]
+
+
 def test_a_def_the_hunk_names_that_a_cell_ran_keeps_a_diff_planned(matrix: Matrix) -> None:
     """A `finalize` the hunk shows may be the DDP config's, which every cell built and ran."""
     named = CONTAINER_DIFF.replace(" \n-        if", " \n     def finalize(self):\n-        if")
@@ -482,3 +525,30 @@ def test_a_base_class_runs_where_its_subclasses_do() -> None:
     assert users.subclasses(source, ("ChunkedMapping",)) == ("MambaConv1dMapping",)
     words = users.symbols(source, [3])
     assert users.architectures(path, words, source, models) == ("FalconH1ForCausalLM",)
+
+
+TRAINING = "src/megatron/bridge/training/flex_dispatcher_backend.py"
+
+
+@pytest.mark.parametrize(
+    ("path", "ran", "level0"),
+    [
+        (TRAINING, {"apply_flex_dispatcher_backend"}, False),  # imported, the changed function never ran
+        (TRAINING, {"apply_flex_dispatcher_backend", "validate_flex_dispatcher_backend"}, True),  # it ran
+        ("src/megatron/bridge/models/gpt_provider.py", {"GPTModelProvider.provide"}, True),  # model code
+    ],
+)
+def test_shared_code_cells_imported_but_never_ran_gets_no_default_level0(
+    matrix: Matrix, path: str, ran: set[str], level0: bool
+) -> None:
+    """Code on verl's surface that no rule or aspect matches gets Level 0 by default, except where recorded
+    cells imported the module and none ran the changed function: a Level 0 would run it no more than they
+    did, so the plan names the lines instead (dev PR #1436's kind: a GPU check only recipes call)."""
+    file = ChangedFile(path, diff_lines=("    return device_name in SUPPORTED",), module_level=False,
+                       functions=("validate_flex_dispatcher_backend",), scopes=("validate_flex_dispatcher_backend",),
+                       added_at=(40,))  # fmt: skip
+    sel = select(matrix, [file], ran=[_record(*ran, path=path)])
+    assert (0 in sel.levels) is level0, sel.reasons
+    if not level0:
+        assert "none ran the changed code (validate_flex_dispatcher_backend)" in sel.off_surface[path]
+        assert any(f"{path}:40" in line for line in sel.unexecuted), sel.unexecuted

@@ -94,14 +94,19 @@ _CONFIGS = ("Config", "ConfigContainer")
 
 
 def _unnamed_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> set[str] | None:
-    """From a diff alone (methods.py): the classes whose unnamed methods every changed line sits in,
-    when the change touches no class body and every def a hunk names is one no recorded cell ran in
-    this file under any class (a `finalize` some config built by a cell has may be the one)."""
+    """From a diff alone (methods.py): the classes whose unnamed methods (and, for config classes, whose
+    fields) every changed line sits in, when every def a hunk names is one no recorded cell ran in this
+    file under any class (a `finalize` some config built by a cell has may be the one). A config class's
+    fields and methods both wait for someone to build it: a settings class of Bridge's own loop whose
+    default and setup a PR changes together (`CommOverlapConfig`'s bootstrap backend) runs in no cell."""
     if file.diff_lines is None or not file.unnamed_methods:
         return None
-    classes = set(file.unnamed_methods)
-    if not classes <= set(file.methods_only):
-        return None  # a field or class line changed too: bodies.owners decides that
+    with_fields = set(file.unnamed_methods) - set(file.methods_only)
+    if any(not c.endswith(_CONFIGS) for c in with_fields):
+        return None  # a field or class line of another class changed too: bodies.owners decides that
+    classes = set(file.unnamed_methods) | {
+        s for s in file.scopes if s.endswith(_CONFIGS) and s not in file.methods_only
+    }
     recorded = {q for r in ran for p in file.paths for q in r.functions.get(p, ())}
     named = {s for s in file.scopes if s not in classes}
     if any(q == n or q.endswith(f".{n}") for q in recorded for n in named):

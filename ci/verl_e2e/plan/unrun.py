@@ -335,6 +335,21 @@ def _class_named(hit: Hit, file: ChangedFile) -> bool:
     return bool(hit.scope) and hit.scope in owners
 
 
+def imported_not_run(ran: Sequence[Ran], file: ChangedFile) -> str | None:
+    """Why shared code that recorded cells imported, none of whose changed functions any of them ran, gets
+    no Level 0 by default: the recorded levels (0, 1, 3, 4) ran what they run of this module, and a Level 0
+    would run the change no more than they did. Not model code (families without records may call it),
+    not module-level code (every import runs it), and only where the changed functions are named."""
+    if file.path.startswith("src/megatron/bridge/models/") or not file.path.startswith("src/megatron/bridge/"):
+        return None
+    if file.module_level or file.diff_lines is None or not (file.functions or file.scopes):
+        return None
+    if not any(p in r.functions for r in ran for p in file.paths):
+        return None
+    named = ", ".join(list(file.functions or file.scopes)[:3])
+    return f"the recorded cells import this module but none ran the changed code ({named})"
+
+
 def uncalled(file: ChangedFile, why: str) -> str | None:
     """The "no cell executes" line for a src/ code change that selects nothing because no cell reaches
     it: a module verl never imports, functions nothing verl calls reaches, a class no recorded cell
