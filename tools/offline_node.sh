@@ -12,8 +12,8 @@
 # `run` plans the cell on FAMILY (default qwen) with the model setup made for it: the tiny Qwen2 (qwen), the
 # tiny Qwen3-MoE (qwen3_moe), the real SmolLM2-135M-Instruct (llama), else tiny/<family>; MODEL= overrides.
 # WORK gets site/ (the wheels, put on PYTHONPATH), verl/, Megatron-Bridge/ (3rdparty/Megatron-LM
-# inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe, smollm2-135m, and tiny/<family>, datasets/gsm8k
-# and arith)
+# inside), cache/ (models/local/tiny-qwen2, tiny-qwen3-moe, smollm2-135m, and tiny/<family>, datasets/gsm8k,
+# arith and images)
 # and runs/<CELL_ID>/ (the run dirs).
 # Every setting the node needs is a run-cell flag below, nothing is edited by hand. For several cells at
 # once (tools/parallel_runs.sh) put WORK outside /tmp: each cell then gets a private /tmp.
@@ -75,6 +75,9 @@ setup() {
   # Level 5's task and reward function
   python3 "$repo/containers/arith_task.py" "$work/cache/datasets/arith" \
     || echo "offline_node: the arithmetic task was not made (see above); Level 5 cannot run here" >&2
+  # Level 4's VLM cell: a picture per prompt (the driver makes it per cell where the cache lacks it)
+  python3 "$repo/containers/image_task.py" "$work/cache/datasets/images" \
+    || echo "offline_node: the image task was not made (see above); the VLM cells will make their own" >&2
   # SKIP_TINY=1 leaves the families' tiny models to a later `offline_node.sh tiny WORK` (a batch can start
   # the llama, qwen and qwen3_moe cells while they are built)
   if [ -z "${SKIP_TINY:-}" ]; then tiny; fi
