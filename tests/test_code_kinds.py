@@ -294,10 +294,15 @@ def test_a_def_the_hunk_names_that_a_cell_ran_keeps_a_diff_planned(matrix: Matri
 
 
 def test_a_helper_class_no_cell_built_is_not_judged_unbuilt(matrix: Matrix) -> None:
-    """A class only some layout builds (TP > 1) has no recorded method either: it is not a config class."""
+    """A class only some layout builds (TP > 1) has no recorded method either: it is not a config class, so
+    "none builds it" is not the plan's reason. The recorded cells imported the module and ran none of the
+    changed code, so the plan names the lines (a default Level 0 would not run them either)."""
     file = ChangedFile(CONFIG, diff_lines=("        return x",), module_level=False, functions=("TPGatherer.gather",))
     sel = select(matrix, [file], ran=[_record("TPGatherer", "LoggerConfig.finalize")])
-    assert CONFIG not in sel.off_surface and sel.levels
+    assert "none builds" not in sel.off_surface.get(CONFIG, "")
+    assert "none ran the changed code (TPGatherer.gather)" in sel.off_surface[CONFIG]
+    ran = select(matrix, [file], ran=[_record("TPGatherer", "TPGatherer.gather")])
+    assert CONFIG not in ran.off_surface and ran.levels  # a cell that ran it keeps its level
 
 
 def test_module_values_of_an_ignored_file_stay_ignored_though_the_module_ran(matrix: Matrix) -> None:

@@ -117,16 +117,8 @@ class _Scan:
                 worded = self._aspects(file)
                 touched = worded | _branches(self, file) | _retests(self.matrix, self, file) | _users(self, file)
                 if not touched and not fired and file.path not in escalated and not ran_it:
-                    self._unmatched(file)
+                    _unmatched(self.ran, self.found, self.fams, self.col, file)
         self.col = whole
-
-    def _unmatched(self, file: ChangedFile) -> None:
-        """On verl's surface, matched by nothing: Level 0, unless recorded cells imported it and ran none of it."""
-        if (why := unrun.imported_not_run(self.ran, file)) is not None:
-            _unreached(self.found, file, why)
-            return
-        self.found.unmatched.append(file.path)
-        _unmatched_runs_level0(self.fams, self.col, file)
 
     def _executed(self, file: ChangedFile) -> bool:
         """Code a recorded cell ran selects its level: its family for shared code, else the architecture's."""
@@ -323,6 +315,15 @@ def _added(file: ChangedFile) -> tuple[str, ...]:
     """The lines the change adds to the file (every line of a new one)."""
     lines = file.diff_lines or ()
     return lines if file.status == "A" else lines[len(lines) - len(file.added_at) :]
+
+
+def _unmatched(ran: Sequence[Ran], found: Findings, fams: Targets, col: Collector, file: ChangedFile) -> None:
+    """On verl's surface, matched by nothing: Level 0, unless recorded cells imported it and ran none of it."""
+    if (why := unrun.imported_not_run(ran, file)) is not None:
+        _unreached(found, file, why)
+        return
+    found.unmatched.append(file.path)
+    _unmatched_runs_level0(fams, col, file)
 
 
 def _unmatched_runs_level0(fams: Targets, col: Collector, file: ChangedFile) -> None:
