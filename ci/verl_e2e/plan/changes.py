@@ -79,6 +79,9 @@ class ChangedFile:
     typed_conditions: bool = False
     # why the module no longer imports at head (importbreak.py): the cells that import it fail there: --repo
     import_break: str | None = None
+    # the Bridge modules the change's added import lines bring in ("?M.name": a name that may be one), which
+    # importlines.settle checks against the modules the recorded cells imported
+    bridge_imports: tuple[str, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from verl_e2e.plan.anchors import Anchors
 from verl_e2e.plan.branches import Branch
 from verl_e2e.plan.fields import Assigned, TextScopes
 from verl_e2e.plan.hunks import Found, HunkSides
+from verl_e2e.plan.importlines import ImportLines
 from verl_e2e.plan.methods import ClassParts
 from verl_e2e.plan.prose import GoneDefinitions, Prose
 
@@ -53,6 +54,7 @@ class FileDiff:
     anchors: Anchors = field(default_factory=Anchors)  # base lines that stand for the change (anchors.py)
     raw: list[str] = field(default_factory=list)  # a deleted or added file's whole text (moves.py)
     classes: ClassParts = field(default_factory=ClassParts)  # class body or unnamed method (methods.py)
+    imports: ImportLines = field(default_factory=lambda: ImportLines(""))  # changed import lines (importlines.py)
 
     @property
     def branches(self) -> list[Branch]:
@@ -103,6 +105,7 @@ class _Reader:
     def start(self, old: str, new: str) -> None:
         self.end_hunk()
         self.current = FileDiff(path=new, old_path=old if old != new else None, status="M" if old == new else "R")
+        self.current.imports = ImportLines(new)
         self.files[new] = self.current
         self.old_left = self.new_left = 0
 
@@ -147,6 +150,7 @@ class _Reader:
         self.seen_change = False
         self.prose.reset()
         self.gone.reset()
+        self.current.imports.hunk()
         self.text_scopes = TextScopes.of_header(m.group(5) or "")
         # git names the last unindented def or class above the hunk: a class leaves the method unknown
         header = _DEF.match(m.group(5) or "")
@@ -165,15 +169,7 @@ class _Reader:
         assert cur is not None
         tag, text = line[:1], line[1:]
         self._assignment(tag, text)
-        prose = False
-        if tag in ("+", "-", " ") or line == "":
-            self.sides.add(tag or " ", text, self.new_no if tag == "+" else self.old_no)
-            cur.anchors.see(tag or " ", text, self.old_no)
-            prose = self.prose.see(tag or " ", text, self.old_no, self.new_no)
-            cur.classes.see(tag or " ", text, prose)
-            for n, i in enumerate(self.gone.see(tag or " ", text, len(cur.removed))):
-                name = _DEF.match(cur.removed[i]) if n == 0 else None  # the header stays a change: `del name`
-                cur.removed[i] = f"del {name.group(1)}" if name else f"# {cur.removed[i].strip()}"
+        prose, imported = self._trackers(tag or " ", text) if tag in ("+", "-", " ") or line == "" else (False, False)
         kept = f"# {text.strip()}" if prose else text  # docstring prose is kept as a comment line
         if self.header_scope is not None and not prose and _top_level(text):
             self.header_scope = None  # the hunk is past the named def (or the change starts a new one)
@@ -211,8 +207,22 @@ class _Reader:
             if d:
                 cur.scopes[d.group(1)] = None
                 self.hunk_scoped = True
-            elif not self.hunk_scoped and text.strip():
-                cur.module_level = True
+            elif not self.hunk_scoped and text.strip() and not imported:
+                cur.module_level = True  # (import lines: importlines.py says which are module code)
+
+    def _trackers(self, tag: str, text: str) -> tuple[bool, bool]:
+        """Feed one hunk line to the per-file trackers: (docstring prose, part of an import statement)."""
+        cur = self.current
+        assert cur is not None
+        self.sides.add(tag, text, self.new_no if tag == "+" else self.old_no)
+        cur.anchors.see(tag, text, self.old_no)
+        prose = self.prose.see(tag, text, self.old_no, self.new_no)
+        imported = not prose and cur.imports.see(tag, text, self.new_no if tag == "+" else self.old_no)
+        cur.classes.see(" " if imported else tag, text, prose)  # an import line is judged apart
+        for n, i in enumerate(self.gone.see(tag, text, len(cur.removed))):
+            name = _DEF.match(cur.removed[i]) if n == 0 else None  # the header stays a change: `del name`
+            cur.removed[i] = f"del {name.group(1)}" if name else f"# {cur.removed[i].strip()}"
+        return prose, imported
 
     def _assignment(self, tag: str, text: str) -> None:
         """Record a module- or class-level assignment on a changed line, then follow the class/def lines."""

@@ -67,7 +67,12 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 cosmetic=f.cosmetic or _comment_only(d),
                 log_only=d.path.endswith(".py") and d.log_only,
                 definitions=_sorted(bodies.owners_from_text(d.lines, [*d.assigned, *d.unassigned])),
-                module_level=d.module_level or d.classes.module_code or d.status in "AD" or not d.scopes,
+                module_level=d.module_level
+                or d.imports.loud
+                or d.classes.module_code
+                or d.status in "AD"
+                or not d.scopes,
+                bridge_imports=d.imports.bridge_modules(),
                 methods_only=d.classes.methods_only(),
                 unnamed_methods=d.classes.unnamed_methods(),
                 defaults=fields.from_text(d.path, d.assigned, d.unassigned) if d.path.endswith(".py") else (),
@@ -89,9 +94,10 @@ def with_ast_scopes(
             out.append(f)
             continue
         before, after = old.get(f.old_path or f.path), new.get(f.path)
-        names, outside = enclosing(before, d.removed_at), outside_defs(before, d.removed_at)
+        quiet_added, quiet_removed = d.imports.quiet_lines()  # import lines that run nothing new
+        names, outside = enclosing(before, d.removed_at), outside_defs(before, set(d.removed_at) - quiet_removed)
         names += enclosing(after, d.added_at)
-        outside |= outside_defs(after, d.added_at)
+        outside |= outside_defs(after, set(d.added_at) - quiet_added)
         # where both sides parse, the ASTs say exactly which defs hold the changed lines; a hunk header
         # names the def above the hunk, which may hold none of them (a rename below a loader is no load)
         exact_scopes = (not d.removed_at or parses(before)) and (not d.added_at or parses(after))

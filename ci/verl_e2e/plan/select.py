@@ -23,6 +23,7 @@ from verl_e2e.plan import (
     branch_levels,
     collector,
     gated,
+    importlines,
     layout,
     newcode,
     onerank,
@@ -359,7 +360,7 @@ def select(
                 f"--family {name}: unknown family{did_you_mean(name, matrix.families)}; "
                 f"expected one of the families in {matrix.source} (see `verl-e2e families`)"
             )
-    scan = _Scan(matrix, files, surface, ran)
+    scan = _Scan(matrix, importlines.settle(files, ran, surface), surface, ran)
     col, label = scan.col, "auto"
     if requested is not None:
         col, label = collector.request(col, matrix, requested, family_override), ",".join(map(str, requested))
