@@ -4,7 +4,9 @@ The archives in fixtures/level-runs/ are run dirs written by run-cell on one H20
 067f987, tools/offline_node.sh with tools/parallel_runs.sh, nine cells at once, 2026-12-04, evening):
 Level 1 on a tiny Gemma 3 and a tiny Qwen3-MoE, Level 4's MTP cell on tiny DeepSeek-V3 and GLM-4.5, its
 VLM cell on a tiny Qwen3-VL, and Level 3 (Megatron-FSDP) on the tiny Qwen2 with LoRA (it stopped) and then
-full-parameter, with Level 1 on the tiny Qwen3-VL, in a second run on the same node.
+full-parameter, with Level 1 on the tiny Qwen3-VL, in a second run on the same node. Level 4's VLM cells are
+the sixteenth batch's (one H100, 2026-12-05): a 64-pixel picture with every prompt, on tiny Qwen3-VL, Qwen2.5-VL
+and Qwen3-VL-MoE, three at once.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ PASSING = {  # archive -> (level, family, checks that must be Pass beside the tw
     "l1-qwen3_moe": (1, "qwen3_moe", ("saves", "resume")),
     "l4mtp-deepseek_v3": (4, "deepseek_v3", ()),
     "l4mtp-glm45": (4, "glm45", ()),
-    "l4vlm-qwen_vl": (4, "qwen_vl", ()),
+    "l4vlm-qwen_vl": (4, "qwen_vl", ()),  # with pictures (the twelfth batch's text-only pass it replaced)
+    "l4vlm-qwen25_vl": (4, "qwen25_vl", ()),
+    "l4vlm-qwen3_vl_moe": (4, "qwen3_vl_moe", ()),
     "l1-qwen_vl": (1, "qwen_vl", ("saves", "resume")),
     "l3-qwen": (3, "qwen", ()),  # full-parameter, as the variant now runs
     "l4mtp-hy_v3": (4, "hy_v3", ("mtp_trained",)),  # merged adapters, the MTP key num_nextn_predict_layers
@@ -50,6 +54,27 @@ def test_each_kept_level_run_passes_what_its_level_checks(name: str, tmp_path: P
     checks = {c.name: c.result for c in v.checks}
     for check in ("update_nonzero", "rollout_matches_trainer", *own):
         assert checks.get(check) == "Pass", (check, checks)
+
+
+VISION = {  # archive -> (file, what of it only a batch with pictures runs)
+    "l4vlm-qwen_vl": ("modelling_qwen3_vl/vision_model.py", "Qwen3VLVisionModel.forward"),
+    "l4vlm-qwen3_vl_moe": ("modelling_qwen3_vl/vision_model.py", "Qwen3VLVisionModel.forward"),
+    # Qwen2.5-VL's tower is transformers' own; Bridge's forward hands it the pixels under `if pixel_values`
+    "l4vlm-qwen25_vl": ("modeling_qwen25_vl.py", "Qwen25VLModel.forward"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VISION))
+def test_the_vlm_cells_pictures_went_through_bridges_vision_path(name: str, tmp_path: Path) -> None:
+    """What makes the VLM cell more than a text cell: Bridge's own code took the pictures in the update's
+    forward (the run's function and line records; a text-only batch leaves the image branch untaken)."""
+    path, function = VISION[name]
+    records = json.loads((_unpack(name, tmp_path) / "bridge-functions.json").read_text())
+    ran = {f["qualname"] for f in records["functions"] if f["file"].endswith(f"models/qwen_vl/{path}")}
+    assert function in ran, sorted(ran)
+    if name == "l4vlm-qwen25_vl":  # Bridge 067f987: `image_embeds = self.get_image_features(pixel_values, ...)`
+        spans = records["lines"]["run"]["src/megatron/bridge/models/qwen_vl/modeling_qwen25_vl.py"]
+        assert any(a <= 191 <= b for a, b in spans), spans
 
 
 def _with_mtp_check(run: Path) -> None:
