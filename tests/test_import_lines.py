@@ -81,6 +81,7 @@ def test_a_removed_import_still_bound_elsewhere_or_used_by_nothing_removed_is_mo
     [
         ("+from typing import Any", False),
         ("+import dataclasses, functools", False),
+        ("+from __future__ import annotations", True),  # every annotation in the module becomes a string
         ("+from megatron.bridge.utils.safe_pickle import safe_pickle_load", False),  # checked against the records
         ("+from transformers.utils import ModelOutput", True),  # verl's image has its own transformers
         ("+import nvidia_resiliency_ext.attribution as attribution", True),
@@ -118,6 +119,9 @@ def test_a_bridge_module_no_recorded_cell_imported_is_module_code_again(matrix: 
     unseen = select(matrix, [file], ran=[_record()], surface=surface)
     assert unseen.levels == (0,), unseen.reasons
     (settled,) = importlines.settle([file], [_record()], surface)
+    assert settled.module_level
+    # recorded at the records' Bridge, but this change adds the module (a class moved into a new file)
+    settled, _ = importlines.settle([file, ChangedFile(PICKLE, "A")], [_record(PICKLE)], surface)
     assert settled.module_level
 
 

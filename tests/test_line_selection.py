@@ -166,10 +166,10 @@ def test_a_branch_no_cell_took_still_runs_level0_where_static_reach_misses_the_f
     """LoRA.transform is called through a module walk, which the static index does not see (it calls the
     function unreached); a cell ran it. A change in a branch no cell took must not fall to 'not on verl's
     surface': the plan names the lines and still runs Level 0."""
-    from verl_e2e.plan import surface
+    from verl_e2e.plan.surface import Surface
 
-    index = surface.shipped()
-    assert index is not None and index.unreached(PATH, ("LoRA", "transform"))  # what static reach says
+    index = Surface("v" * 40, "b" * 40, (), frozenset({PATH}), symbols={PATH: frozenset({"LoRA", "transform"})})
+    assert index.unreached(PATH, ("LoRA", "transform"))  # what static reach said before it read string imports
     ran = [_record(0, "lora-ddp", {1, 2, 3, 4, 5, 7})]
     selection = select(matrix, [_changed(EDIT_LINE_6)], surface=index, ran=ran)
     assert 0 in selection.levels and PATH not in selection.off_surface

@@ -203,6 +203,27 @@ def test_the_call_graph_follows_names_not_files() -> None:
     assert "bridge_only_logging" in unreached[f"{P}/tools/api.py"]
 
 
+def test_a_class_or_module_named_in_strings_is_reached() -> None:
+    """Bridge's `create_peft` loads its PEFT class by name: `("megatron.bridge.peft.canonical_lora",
+    "CanonicalLoRA")` and `import_module`. The class so named (with its wrapper's forward) is verl's code,
+    and so is a module named alone; a string that names no Bridge module reaches nothing."""
+    sources = {
+        f"{P}/peft/utils.py": "from importlib import import_module\n\ndef create_peft(kind):\n"
+        '    table = {"canonical": ("megatron.bridge.peft.canonical", "Canonical")}\n'
+        '    import_module("megatron.bridge.peft.hooks")\n'
+        "    mod, name = table[kind]\n    return getattr(import_module(mod), name)\n",
+        f"{P}/peft/canonical.py": "class Wrapper:\n    def forward(self, x):\n        return x\n\n"
+        "class Canonical:\n    def __init__(self):\n        self.w = Wrapper()\n\n"
+        "def unused():\n    return ('megatron.bridge.peft.nowhere', 'X')\n",
+        f"{P}/peft/hooks.py": "print('registered')\n",
+    }
+    data = {k: v.encode() for k, v in sources.items()}
+    reached = reachable_symbols(data, ["megatron.bridge.peft.utils:create_peft"], ["forward"])
+    assert {"Canonical", "Canonical.__init__", "Wrapper", "Wrapper.forward"} <= set(reached[f"{P}/peft/canonical.py"])
+    assert f"{P}/peft/hooks.py" in reached  # the module named alone: its top-level code runs
+    assert "unused" in unreached_symbols(data, reached)[f"{P}/peft/canonical.py"]
+
+
 @pytest.mark.parametrize("missing_status", ["M", "A"])
 def test_unknown_code_counts_as_reached(missing_status: str) -> None:
     """A scope the index has never seen (code newer than it) is not called off-surface."""

@@ -6,16 +6,20 @@ class uses is followed: to another top-level definition of the same module, or t
 imports (`from x import f`, `import x as m` + `m.f`, relative imports, re-exports by `__init__`) to the
 defining module. A class is reached whole (its methods are called through instances), and a module's
 top-level statements run on import, so what they name is reached too. Dynamic dispatch beyond that
-(bridges found through the registry) is out of reach of names: model directories count file-wise.
+(bridges found through the registry) is out of reach of names: model directories count file-wise. A
+module named in a string, and a class named beside it (`("megatron.bridge.peft.dora", "DoRA")`, what
+`import_module` and `getattr` then load), counts as named.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 Symbol = tuple[str, str]  # (module, top-level name)
+_MODULE = re.compile(r"megatron\.bridge(\.\w+)+")
 
 
 def module_of(path: str) -> str:
@@ -54,6 +58,19 @@ class _Uses(ast.NodeVisitor):
         if isinstance(node.value, ast.Name):
             self.names.add(f"{node.value.id}.{node.attr}")
         self.names.add(f".{node.attr}")  # a method of some object: matched against reached classes
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        """A Bridge module named in a string (`import_module("megatron.bridge.peft.dora")`) is reached."""
+        if isinstance(node.value, str) and _MODULE.match(node.value):
+            self.names.add(f"@{node.value}")
+
+    def visit_Tuple(self, node: ast.Tuple) -> None:
+        """`("megatron.bridge.peft.canonical_lora", "CanonicalLoRA")`: a class looked up by name in a module
+        named by string (Bridge's PEFT types), reached as if imported."""
+        values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(values) == len(node.elts) == 2 and _MODULE.match(values[0]) and values[1].isidentifier():
+            self.names.add(f"@{values[0]}:{values[1]}")
         self.generic_visit(node)
 
     def visit_arg(self, node: ast.arg) -> None:  # noqa: ARG002 - a parameter's annotation calls nothing
@@ -166,6 +183,13 @@ class _Graph:
     def resolve(self, module: str, used: set[str]) -> None:
         info = self.infos[module]
         for name in used:
+            if name.startswith("@"):  # named by a string (_Uses.visit_Constant, visit_Tuple)
+                named, _, symbol = name[1:].partition(":")
+                if symbol:
+                    self.add(named, symbol)
+                elif named in self.infos:
+                    self.reach_module(named)
+                continue
             if name.startswith("."):
                 if name[1:] not in self.attributes:
                     self.attributes.add(name[1:])

@@ -9,8 +9,9 @@ can happen when:
 * the line is removed, and every name it bound is also used by a line the change removes: the use went
   with it. A use left behind is an undefined name, which Bridge's lint (ruff's F821, on by default)
   stops before merge; a Level 0 would meet it only if a cell ran that line;
-* the line is added and imports from the standard library, `__future__` or `typing_extensions` (a
-  dependency of torch, so present wherever Bridge runs);
+* the line is added and imports from the standard library or `typing_extensions` (a dependency of
+  torch, so present wherever Bridge runs), but not from `__future__`, which changes how the whole module
+  compiles;
 * the line is added and imports, from Bridge's own package, modules the recorded cells already import
   (`settle` checks them against the records): importing them again runs nothing.
 
@@ -34,7 +35,8 @@ _FROM = re.compile(r"^from\s+(\.*)([\w.]*)\s+import\s+(.*)$")
 _IMPORT = re.compile(r"^import\s+(.*)$")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 PACKAGE = "megatron.bridge"
-_SAFE = frozenset(sys.stdlib_module_names) | {"typing_extensions"}
+# `__future__` changes how the whole module compiles (annotations turned to strings): module code
+_SAFE = (frozenset(sys.stdlib_module_names) | {"typing_extensions"}) - {"__future__"}
 
 
 @dataclass(frozen=True)
@@ -149,8 +151,9 @@ def _paths(module: str) -> tuple[str, str]:
 
 def settle(files: Sequence[ChangedFile], ran: Sequence[Ran], surface: Surface | None) -> list[ChangedFile]:
     """Module code again for a file whose added imports bring in a Bridge module no recorded cell
-    imported: its own imports, which no cell has run, may fail in verl's image."""
+    imported, or one this change adds: its own imports, which no cell has run, may fail in verl's image."""
     imported = {p for r in ran for p, names in r.functions.items() if "<module>" in names}
+    imported -= {f.path for f in files if f.status != "M"}  # added (or moved) by this change: new to every cell
     tree = frozenset() if surface is None else surface.reachable | surface.unreachable
     return [
         replace(f, module_level=True) if not f.module_level and _new_module(f, imported, tree) else f for f in files
