@@ -36,7 +36,7 @@ from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.collector import Collector, Findings, Reason, Selection
 from verl_e2e.plan.refuted import refute_callers, refuted
 from verl_e2e.plan.runtime import Ran, cheapest, importing
-from verl_e2e.plan.surface import Surface, off_surface
+from verl_e2e.plan.surface import MODELS, Surface, off_surface
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, active_flags, family_dir, new_model_code, relative
 
 OFF_SURFACE = "off-surface"  # the ignore group of Bridge-only code (matrix.yaml ignore:)
@@ -88,7 +88,7 @@ class _Scan:
             unbuilt = unbuilt or gated.closed(matrix, file, ran) or gated.uncalled(matrix, file)
             kind = around.of_a_kind(matrix, file)  # lines only a kind of model runs: not every cell shares them
             unbuilt = unbuilt or _overridden(self.found, file) or (None if kind else unrun.untaken_branch(file, ran))
-            unbuilt = unbuilt or refuted(matrix, file, ran)
+            unbuilt = unbuilt or refuted(matrix, file, ran) or _never_called(self, file)
             quiet_file = file.cosmetic or file.log_only or unbuilt is not None
             nowhere = None if quiet_file else unrun.nowhere(self.cells, file, ran, self.fams)
             ran_it = not quiet_file and nowhere is None and self._executed(file)
@@ -372,6 +372,14 @@ def select(
     return collector.build(
         col, matrix, found=scan.found, unsupported=scan.fams.unsupported, warnings=scan.fams.warnings, requested=label
     )
+
+
+def _never_called(scan: _Scan, file: ChangedFile) -> str | None:
+    """Shared code no recorded cell called, where every family it runs on was recorded: no cell runs it.
+    A family's own code (models/) is only said so: the rules decide, as families without records may."""
+    if file.path.startswith(MODELS) or any(unrun.recorded_hits(scan.ran, file)):  # ran, or ran around it
+        return None
+    return unrun.never_called(scan.ran, file, scan.fams, reason=True)
 
 
 def _unreached(found: Findings, file: ChangedFile, why: str) -> None:

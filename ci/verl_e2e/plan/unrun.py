@@ -52,14 +52,14 @@ def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran
     )
 
 
-def never_called(ran: Sequence[Ran], file: ChangedFile, fams: Targets) -> str | None:
+def never_called(ran: Sequence[Ran], file: ChangedFile, fams: Targets, reason: bool = False) -> str | None:
     """The sentence for changed lines inside functions that no recorded cell called, in a file whose very
     version cells recorded the lines of (they imported it and ran other code in it): a Pass of the plan's
     Level 0 would say nothing about them. Only where every family the change runs on has recorded cells,
     cannot run in verl, or is none (architectures no family runs): a family no record covers may call
     them. Not for lines under a layout condition, or called only under one: the layout rules and the
     unrecorded levels decide those (a kind or state condition inside a function no cell called changes
-    nothing)."""
+    nothing). `reason`: the why alone, where shared code is judged not run (select)."""
     if not file.functions or file.module_level or not file.base_lines or file.diff_lines is None:
         return None
     if file.branches or file.caller_branches or not file.path.startswith("src/"):
@@ -72,10 +72,9 @@ def never_called(ran: Sequence[Ran], file: ChangedFile, fams: Targets) -> str | 
     families = fams.targets(file.path, file, changed=True)
     if any(f not in recorded and fams.matrix.families[f].blocked("all") is None for f in families):
         return None
-    return (
-        f"changed lines no recorded cell ran: {base}:{runtime_spans(frozenset(file.base_lines))} (base lines; "
-        f"none of the {len(seen)} recorded cells that ran this file called the code around them)"
-    )
+    why = f"none of the {len(seen)} recorded cells that ran this file called the code around them"
+    where = f"{base}:{runtime_spans(frozenset(file.base_lines))}"
+    return why if reason else f"changed lines no recorded cell ran: {where} (base lines; {why})"
 
 
 def ran_around(ran: Sequence[Ran], file: ChangedFile) -> list[tuple[Ran, str]]:
