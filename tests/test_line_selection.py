@@ -174,3 +174,46 @@ def test_a_branch_no_cell_took_still_runs_level0_where_static_reach_misses_the_f
     selection = select(matrix, [_changed(EDIT_LINE_6)], surface=index, ran=ran)
     assert 0 in selection.levels and PATH not in selection.off_surface
     assert any(u.startswith(f"changed lines no recorded cell ran: {PATH}:6 ") for u in selection.unexecuted)
+
+
+def _called_nowhere(path: str) -> tuple[ChangedFile, runtime.Ran]:
+    """A change inside `TEFused.forward` of `path`, and a Level 0 record of the very base file whose cell ran
+    other code of it (`transform`, lines 1-7) and never called `TEFused.forward` (lines 20-22)."""
+    diff = (
+        f"diff --git a/{path} b/{path}\nindex {BLOB[:12]}..fedcba987654 100644\n--- a/{path}\n+++ b/{path}\n"
+        "@@ -20,3 +20,3 @@ class TEFused(LoRALinear):\n"
+        "     def forward(self, x):\n"
+        "-        return self.fused(x)\n"
+        "+        return self.fused(x) * self.scale\n"
+        "     # end\n"
+    )
+    file = replace(
+        with_diff([ChangedFile(path)], parse_unified_diff(diff))[0],
+        functions=("TEFused.forward",), module_level=False, scopes=("TEFused", "forward"),
+    )  # fmt: skip
+    record = runtime.Ran(
+        0, "lora-ddp", "qwen", "b" * 40, "v" * 40,
+        functions={path: frozenset({"<module>", "TEFused", "LoRA.transform"})},
+        lines={path: frozenset(range(1, 8))}, blobs={path: BLOB},
+    )  # fmt: skip
+    return file, record
+
+
+def test_shared_code_no_recorded_cell_called_runs_nothing_and_says_so(matrix) -> None:
+    """LoRA's TE op-fuser wrapper: the cells ran the module's other code and never called the wrapper (verl
+    never turns the fuser on), so the PEFT path rule's Level 0 would not run the change either."""
+    file, record = _called_nowhere(PATH)
+    selection = select(matrix, [file], ran=[record])
+    assert selection.levels == (), selection.reasons
+    assert "called the code around them" in selection.off_surface[PATH]
+    assert any(u.startswith(f"changed lines no cell executes: {PATH}:21") for u in selection.unexecuted)
+    called = replace(record, functions={PATH: frozenset({"TEFused.forward"})}, lines={PATH: frozenset({20, 21})})
+    assert 0 in select(matrix, [file], ran=[called]).levels  # a cell called it: its level runs it
+
+
+def test_a_familys_own_code_no_recorded_cell_called_keeps_its_rules(matrix) -> None:
+    """Model code is built per family and only some families are recorded: the plan says so, the rules run."""
+    path = "src/megatron/bridge/models/qwen/qwen_layers.py"
+    file, record = _called_nowhere(path)
+    selection = select(matrix, [file], ran=[record])
+    assert selection.levels and path not in selection.off_surface
