@@ -145,13 +145,15 @@ def _notes(matrix: Matrix, change: ChangedFile, ran: list[object]) -> list[str]:
     return [u for u in sel.unexecuted if "no recorded cell ran" in u]
 
 
-def test_lines_in_a_function_no_recorded_cell_called_are_said(matrix: Matrix) -> None:
+def test_lines_in_a_function_no_recorded_cell_called_are_said_and_run_nowhere(matrix: Matrix) -> None:
     """probes-26 `moe-adapter-unpad-keeps-leading-padding`: cells imported the file and ran `pad`, none
-    called `unpad`; the plan keeps its levels and names the lines."""
+    called `unpad`. Shared code every recorded family ran around and never called: the PEFT path rule's
+    Level 0 would not call it either, so the plan runs nothing for it and names the lines."""
     ran = recorded(PEFT, PEFT_SOURCE, ["pad"], {1, 2, 5})
-    (note,) = _notes(matrix, _unpad_change(), ran)
-    assert note.startswith(f"changed lines no recorded cell ran: {PEFT}:8 (base lines; none of the 1 recorded")
-    assert select(matrix, [_unpad_change()], ran=ran).levels == select(matrix, [_unpad_change()]).levels
+    sel = select(matrix, [_unpad_change()], ran=ran)
+    assert sel.levels == () and select(matrix, [_unpad_change()]).levels  # without records: the rules run
+    (note,) = [u for u in sel.unexecuted if u.startswith(f"changed lines no cell executes: {PEFT}:")]
+    assert "none of the 1 recorded cells that ran this file called the code around them" in note
 
 
 @pytest.mark.parametrize(
