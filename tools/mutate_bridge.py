@@ -95,6 +95,22 @@ MUTATIONS = {
         "a module verl imports names a symbol that does not exist (an import-time error)",
         "L0-lora-ddp-llama",
     ),
+    "vision-embeds-dropped": (
+        "src/megatron/bridge/models/qwen_vl/modeling_qwen25_vl.py",
+        "                inputs_embeds = inputs_embeds.masked_scatter(image_mask, image_embeds)\n",
+        "                inputs_embeds.masked_scatter(image_mask, image_embeds)\n",
+        "Qwen2.5-VL's image features computed and then dropped (masked_scatter is out of place): the trainer "
+        "sees placeholder embeddings where the rollout sees the picture",
+        "L4-vlm-qwen25_vl",
+    ),
+    "deepstack-dropped": (
+        "src/megatron/bridge/models/qwen_vl/modelling_qwen3_vl/transformer_block.py",
+        "        local_this = hidden_states[visual_pos_masks, :].clone() + visual_embeds\n",
+        "        local_this = hidden_states[visual_pos_masks, :].clone()\n",
+        "Qwen3-VL's deepstack features no longer added to the early decoder layers (the main image "
+        "embeddings still are)",
+        "L4-vlm-qwen_vl",
+    ),
 }
 
 
