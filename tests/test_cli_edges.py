@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -173,3 +174,27 @@ def test_every_command_has_help_and_a_description() -> None:
         for action in command._actions:
             if action.help != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction):
                 assert (action.help or "").strip() or action.choices, f"{name} {action.dest}: no help"
+
+
+def test_surface_records_the_commit_an_sdist_tree_was_cut_from(cli, tmp_path: Path) -> None:
+    tree = tmp_path / "bridge" / "src" / "megatron" / "bridge"
+    tree.mkdir(parents=True)
+    (tree / "__init__.py").write_text("")
+    out = tmp_path / "surface.json"
+    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--out", str(out))
+    assert result.code == 0 and "pass --bridge-commit SHA" in result.out
+    assert json.loads(out.read_text())["bridge_commit"] == "unknown"
+    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--bridge-commit", "067F987", "--out", str(out))
+    assert result.code == 0, result.err
+    assert json.loads(out.read_text())["bridge_commit"] == "067f987" and "--bridge-commit" not in result.out
+    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--bridge-commit", "not-a-sha", "--out", str(out))
+    assert result.code == 2 and "'not-a-sha' is not a commit id" in result.err
+
+
+def test_surface_refuses_a_commit_a_checkout_is_not_at(cli, tmp_path: Path) -> None:
+    repo, commits = _git_repo(tmp_path)
+    out = tmp_path / "surface.json"
+    result = cli("surface", "--bridge", str(repo), "--bridge-commit", "0" * 40, "--out", str(out))
+    assert result.code == 2 and f"is a checkout at {commits[-1][:12]}" in result.err and not out.exists()
+    result = cli("surface", "--bridge", str(repo), "--bridge-commit", commits[-1][:10], "--out", str(out))
+    assert result.code == 0 and json.loads(out.read_text())["bridge_commit"] == commits[-1]

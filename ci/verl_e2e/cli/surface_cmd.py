@@ -32,6 +32,12 @@ def add_command(sub: Any) -> None:
     )
     p.add_argument("--bridge", type=Path, metavar="DIR", help="a Megatron-Bridge checkout or sdist tree")
     p.add_argument(
+        "--bridge-commit",
+        metavar="SHA",
+        type=_sha,
+        help="the commit an sdist tree (no .git) was cut from, recorded in the index (a checkout records its HEAD)",
+    )
+    p.add_argument(
         "--runs",
         type=Path,
         nargs="+",
@@ -50,7 +56,7 @@ def cmd_surface(args: argparse.Namespace, stdout: TextIO, progress: Progress) ->
     previous = surface.shipped()
     what = f"--bridge {args.bridge}" + (f" and --verl {args.verl}" if args.verl else " (verl's imports kept)")
     with progress.step(f"reading every module of {what} and following verl's imports (a minute or so)", slow=True):
-        built = surface.build(args.bridge, args.verl, previous)
+        built = surface.build(args.bridge, args.verl, previous, args.bridge_commit)
     out = args.out or data_dir() / "surface.json"
     with progress.step(f"writing {out}"):
         out.write_text(json.dumps(surface.to_json(built), indent=0, sort_keys=True) + "\n", encoding="utf-8")
@@ -60,7 +66,16 @@ def cmd_surface(args: argparse.Namespace, stdout: TextIO, progress: Progress) ->
         f"Bridge {built.bridge_commit[:12]}: {len(built.reachable)} modules on the surface, "
         f"{len(built.unreachable)} off it, {len(registered)} registered architectures\n"
     )
+    if built.bridge_commit == "unknown":
+        stdout.write("verl-e2e surface: the Bridge tree has no git history; pass --bridge-commit SHA to record it\n")
     return 0
+
+
+def _sha(text: str) -> str:
+    """A commit id of 7 to 40 hex digits, lower-cased (argparse reports the error and exits 2)."""
+    if not 7 <= len(text) <= 40 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a commit id (7 to 40 hex digits)")
+    return text.lower()
 
 
 def _merge_runs(args: argparse.Namespace, stdout: TextIO, progress: Progress) -> int:

@@ -120,9 +120,19 @@ def bridge_sources(bridge_root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(bridge_root)): p.read_bytes() for p in sorted(src.rglob("*.py"))}
 
 
-def build(bridge_root: Path, verl_root: Path | None, previous: Surface | None = None) -> Surface:
-    """Read a Bridge tree (and a verl tree, or keep the previous import list) into a Surface."""
+def build(
+    bridge_root: Path, verl_root: Path | None, previous: Surface | None = None, bridge_commit: str | None = None
+) -> Surface:
+    """Read a Bridge tree (and a verl tree, or keep the previous import list) into a Surface. An sdist
+    tree has no git history, so its commit comes from `bridge_commit` (a checkout's HEAD must agree)."""
     sources = bridge_sources(bridge_root)
+    commit = _commit(bridge_root)
+    if bridge_commit is not None and commit != "unknown" and not commit.startswith(bridge_commit):
+        raise UsageError(
+            f"--bridge-commit {bridge_commit}: {bridge_root} is a checkout at {commit[:12]}; "
+            "drop --bridge-commit or check out that commit"
+        )
+    commit = commit if commit != "unknown" else (bridge_commit or commit)
     if verl_root is not None:
         imports, verl_commit = verl_imports(verl_root), _commit(verl_root)
         attributes = verl_attributes(verl_root)
@@ -146,9 +156,7 @@ def build(bridge_root: Path, verl_root: Path | None, previous: Surface | None = 
     files = frozenset(reachable(sources, entries))
     symbols = {p: n for p, n in symbols.items() if p in files}
     unreached = frozenset(sources) - files
-    return Surface(
-        verl_commit, _commit(bridge_root), tuple(imports), files, archs, symbols, tuple(attributes), unreached
-    )
+    return Surface(verl_commit, commit, tuple(imports), files, archs, symbols, tuple(attributes), unreached)
 
 
 def off_surface(s: Surface, file: ChangedFile) -> str | None:
