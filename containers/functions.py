@@ -148,6 +148,10 @@ UPDATE_KEYS = {
     "weight_norm": float,
     "update_norm": float,
     "changed_tensors": int,
+    "zero_before": int,
+    "zero_after": int,
+    "sum_before": float,
+    "sum_after": float,
 }
 
 

@@ -141,7 +141,10 @@ def _watch_optimizer_steps():
     registers torch's global step hooks: before a step they keep a copy of the trainable parameters
     (or, above MAX_COPIED elements, a float64 sum per tensor, which any real update changes), after
     it they write one JSON line: the optimizer's class, its parameter count and elements, the
-    largest learning rate of its groups, and the norms of the gradients, the update and the weights.
+    largest learning rate of its groups, the norms of the gradients, the update and the weights, and
+    a fingerprint of the weights after the step (and before the process's first step): how many
+    tensors are all zero, and the sum of every element. A resumed run must start where the saved one
+    ended.
     The hooks only read; a failure inside them is swallowed so the run is never changed by them.
     """
     out = os.environ.get("VERL_E2E_TRACE_DIR")
@@ -199,11 +202,13 @@ def _register_step_hooks(optim_module, out):
             numel = sum(p.numel() for p in params)
             copied = numel <= MAX_COPIED
             saved = [p.detach().clone() if copied else p.detach().double().sum() for p in params]
-            before[id(opt)] = (params, saved, copied, numel)
+            # the state the first step of this process starts from (a resumed run's must be the saved one)
+            start = _state(params) if id(opt) not in steps else None
+            before[id(opt)] = (params, saved, copied, numel, start)
 
     def post(opt, args, kwargs):  # noqa: ARG001 - torch's hook signature
         with contextlib.suppress(Exception), torch.no_grad():
-            params, saved, copied, numel = before.pop(id(opt))
+            params, saved, copied, numel, start = before.pop(id(opt))
             index = order.setdefault(id(opt), len(order) + 1)
             steps[id(opt)] = steps.get(id(opt), 0) + 1
             record = {
@@ -218,6 +223,11 @@ def _register_step_hooks(optim_module, out):
                 "grads_missing": sum(1 for p in params if p.grad is None),
                 "weight_norm": _norm(p.detach() for p in params),
             }
+            after = _state(params)
+            if after is not None:
+                record["zero_after"], record["sum_after"] = after
+            if start is not None:
+                record["zero_before"], record["sum_before"] = start
             if copied:
                 record["update_norm"] = _norm(p.detach() - s for p, s in zip(params, saved, strict=True))
             else:
@@ -229,6 +239,27 @@ def _register_step_hooks(optim_module, out):
 
     optim_module.register_optimizer_step_pre_hook(pre)
     optim_module.register_optimizer_step_post_hook(post)
+
+
+def _state(params):
+    """(tensors that are all zero, float64 sum of every element), or None: a fingerprint of the weights.
+    LoRA's second matrix starts at zero and any step moves it, so the count tells a resumed run that
+    started from the saved adapters from one that started from fresh ones, whatever the dtype round trip."""
+    import torch  # noqa: PLC0415 - only ever called from the step hooks, after torch is imported
+
+    if not params:
+        return 0, 0.0
+    try:  # one device: two reductions and one synchronisation
+        zeros = torch.stack([p.detach().count_nonzero() == 0 for p in params]).sum()
+        total = torch.stack([p.detach().double().sum() for p in params]).sum()
+        return int(zeros), float(total)
+    except RuntimeError:  # tensors on several devices
+        with contextlib.suppress(Exception):
+            zero = sum(int(p.detach().count_nonzero() == 0) for p in params)
+            return zero, sum(float(p.detach().double().sum()) for p in params)
+    except Exception:  # a fingerprint that cannot be taken is left out, the step record is not
+        pass
+    return None
 
 
 def _norm(tensors):

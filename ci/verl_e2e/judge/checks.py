@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verl_e2e.judge import training
+from verl_e2e.judge import restore, training
 from verl_e2e.judge.checktypes import SCORE_KEYS, Check
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.rundir import PhaseRun
@@ -120,7 +120,9 @@ def _saves(cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str, 
     return Check("saves", "Pass" if ok else "Fail", "; ".join(notes) or "no save expected")
 
 
-def _resume(cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str, Any] | None) -> Check:
+def _resume(
+    cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str, Any] | None, updates: Mapping[str, Any] | None
+) -> Check:
     notes, ok = [], True
     for phase in cell.phases:
         expect = phase.expect
@@ -136,6 +138,11 @@ def _resume(cell: Cell, evidences: Mapping[str, Evidence], listing: Mapping[str,
                 tracker, source = max(ev.saves), "last save in the log"
             notes.append(f"tracker {tracker if tracker is not None else 'missing'} ({source})")
             ok = ok and tracker is not None and int(tracker) == int(expect["tracker"])
+    compared = restore.phases_to_compare(cell.phases)
+    if compared and ok:  # a resume that found its checkpoint: did the trained weights come back with it?
+        came_back, why = restore.restored(updates, *compared)
+        ok = came_back is not False
+        notes = [*notes, f"weights at resume: {why}"] if ok else [why, *notes]  # the finding first
     return Check("resume", "Pass" if ok else "Fail", "; ".join(notes) or "no resume expected")
 
 
@@ -177,7 +184,7 @@ def build_checks(
         "steps_completed": lambda: _steps(cell, evidences),
         "exit_zero": lambda: _exit(phases),
         "saves": lambda: _saves(cell, evidences, checkpoints),
-        "resume": lambda: _resume(cell, evidences, checkpoints),
+        "resume": lambda: _resume(cell, evidences, checkpoints, updates),
         "no_nan": lambda: _no_nan(evidences),
         "grad_norm_nonzero": lambda: _grad_norm(evidences),
         "learning_signal": lambda: training.learning_signal(evidences, baseline),
