@@ -114,7 +114,8 @@ MUTATIONS = {
     "adapter-filter-inverted": (
         "src/megatron/bridge/training/checkpointing.py",
         '                if peft_config.adapter_key_filter(parameter_name) and "_extra_state" not in parameter_name\n',
-        '                if not peft_config.adapter_key_filter(parameter_name) and "_extra_state" not in parameter_name\n',
+        "                if not peft_config.adapter_key_filter(parameter_name)"
+        ' and "_extra_state" not in parameter_name\n',
         "the PEFT checkpoint filter inverted: a save keeps the frozen base weights instead of the adapters, and a "
         "resume (filtered the same way) loads them back and trains fresh adapters with every counter right",
         "L1-save-resume-qwen",
