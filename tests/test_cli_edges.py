@@ -146,12 +146,18 @@ def test_progress_speaks_only_past_the_quiet_time() -> None:
     assert err.getvalue().splitlines()[-2:][0] == "verl-e2e test: announced ..."
 
 
-def test_surface_says_what_it_is_doing(cli, tmp_path: Path) -> None:
-    tree = tmp_path / "bridge" / "src" / "megatron" / "bridge"
+def _sdist_tree(root: Path, init: str = "") -> Path:
+    """A Bridge tree as an unpacked sdist has it: src/megatron/bridge and no git history."""
+    tree = root / "bridge" / "src" / "megatron" / "bridge"
     tree.mkdir(parents=True)
-    (tree / "__init__.py").write_text("from megatron.bridge.peft import lora\n")
+    (tree / "__init__.py").write_text(init)
+    return root / "bridge"
+
+
+def test_surface_says_what_it_is_doing(cli, tmp_path: Path) -> None:
+    bridge = _sdist_tree(tmp_path, "from megatron.bridge.peft import lora\n")
     out = tmp_path / "surface.json"
-    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--out", str(out))
+    result = cli("surface", "--bridge", str(bridge), "--out", str(out))
     assert result.code == 0, result.err
     assert f"verl-e2e surface: reading every module of --bridge {tmp_path / 'bridge'}" in result.err
     assert "following verl's imports (a minute or so): done in" in result.err
@@ -177,17 +183,15 @@ def test_every_command_has_help_and_a_description() -> None:
 
 
 def test_surface_records_the_commit_an_sdist_tree_was_cut_from(cli, tmp_path: Path) -> None:
-    tree = tmp_path / "bridge" / "src" / "megatron" / "bridge"
-    tree.mkdir(parents=True)
-    (tree / "__init__.py").write_text("")
+    bridge = _sdist_tree(tmp_path)
     out = tmp_path / "surface.json"
-    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--out", str(out))
+    result = cli("surface", "--bridge", str(bridge), "--out", str(out))
     assert result.code == 0 and "pass --bridge-commit SHA" in result.out
     assert json.loads(out.read_text())["bridge_commit"] == "unknown"
-    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--bridge-commit", "067F987", "--out", str(out))
+    result = cli("surface", "--bridge", str(bridge), "--bridge-commit", "067F987", "--out", str(out))
     assert result.code == 0, result.err
     assert json.loads(out.read_text())["bridge_commit"] == "067f987" and "--bridge-commit" not in result.out
-    result = cli("surface", "--bridge", str(tmp_path / "bridge"), "--bridge-commit", "not-a-sha", "--out", str(out))
+    result = cli("surface", "--bridge", str(bridge), "--bridge-commit", "not-a-sha", "--out", str(out))
     assert result.code == 2 and "'not-a-sha' is not a commit id" in result.err
 
 
