@@ -63,7 +63,7 @@ def failed_in_order(checks: Sequence[Check]) -> list[Check]:
 
 def failed_class(checks: Sequence[Check]) -> str:
     """The failure class a failed training check names when no exception does ("none" without one); a
-    resume that found its checkpoint but not the trained weights is a load failure."""
+    failed resume check (no resume from the save, or not from its weights) is a load failure."""
     failed = failed_in_order(checks)
     fallback = "checkpoint_load" if any(c.name == "resume" for c in failed) else "none"
     return next((CHECK_CLASS[c.name] for c in failed if c.name in CHECK_CLASS), fallback)
