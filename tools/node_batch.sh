@@ -5,6 +5,8 @@
 #
 #   tools/node_batch.sh split BUNDLE_DIR PARTS_DIR [MIB]     (here) tar BUNDLE_DIR (wheels/, src/*.tgz,
 #                                                            make-tiny-assets.py) into MIB-sized parts + SHA256
+#                                                            (src/ may add the Mamba sdists and build wheels:
+#                                                            `start` then runs tools/build_mamba.sh after set-up)
 #   tools/node_batch.sh start PARTS_DIR WORK ENTRIES_FILE [FAMILY...]
 #                                                            (node) join and check the parts, set WORK up with
 #                                                            tools/offline_node.sh, build FAMILY's tiny models
@@ -60,6 +62,15 @@ start_batch() {
       SKIP_TINY=1 bash "$repo/tools/offline_node.sh" setup "$work" "$unpacked/wheels" "$verl" "$bridge" \
         "$unpacked/make-tiny-assets.py" ${MEGATRON_LM_COMMIT:+"$MEGATRON_LM_COMMIT"}
       echo "SETUP rc=$? $((SECONDS - t0)) s"
+    fi
+    # the Mamba-layer families' kernels, built here where the bundle brings their sdists (tools/build_mamba.sh)
+    if compgen -G "$unpacked/src/mamba_ssm-*.tar.gz" >/dev/null && [ ! -e "$work/mamba/installed" ]; then
+      t0=$SECONDS
+      if bash "$repo/tools/build_mamba.sh" "$unpacked/src" "$work/site" "$work/mamba" > "$logs/mamba.log" 2>&1; then
+        touch "$work/mamba/installed" && echo "MAMBA rc=0 $((SECONDS - t0)) s"
+      else
+        echo "MAMBA rc=1 $((SECONDS - t0)) s (the Mamba families' cells will stop in the preflight; see batch/mamba.log)"
+      fi
     fi
     t0=$SECONDS
     local only=()
