@@ -22,12 +22,12 @@ def _names(
 
 
 def test_a_moved_line_is_no_change_but_a_moved_block_opener_is(matrix: Matrix) -> None:
-    line = "        spec = config.transformer_layer_spec(config, vp_stage=vp_stage)"
+    line = "        spec = config.transformer_layer_spec(config, pp_rank=pp_rank)"
     assert "parallel-layout" not in _names(matrix, PROVIDER, (line,), ("        x = 1", line))
     assert "parallel-layout" in _names(matrix, PROVIDER, (), (line,))  # added, not moved
     opener = "        if self.tp_size == 1:"
     assert "parallel-layout" in _names(matrix, MAPPING, (opener, "            a()"), ("            b()", opener))
-    indented = "            spec = config.transformer_layer_spec(config, vp_stage=vp_stage)"  # into a block
+    indented = "            spec = config.transformer_layer_spec(config, pp_rank=pp_rank)"  # into a block
     assert "parallel-layout" in _names(matrix, PROVIDER, (line,), (indented,))
 
 

@@ -164,3 +164,62 @@ def test_a_hook_on_the_training_pass_computes_a_state_dict_hook_does_not(
     path = "src/megatron/bridge/models/nemotron_omni/modeling_nemotron_omni.py"
     rules = _rules(matrix, tmp_path, path, "def __init__(self, config):", [f"+{line}"])
     assert ("aspect:learning-numerics" in rules.get(5, set())) is level5, rules
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "layout"),
+    [
+        # dev c212: a builder passing `vp_stage` through; no PR cell runs virtual pipeline stages
+        ("        return super().build_model(pg_collection, pre_process, post_process)",
+         "        return super().build_model(pg_collection, pre_process, post_process, vp_stage)", False),
+        # dev c074: CP = 1 in every cell, the weekly layouts' included
+        ("        assert self.config.context_parallel_size == 1", "        if self.config.context_parallel_size != 1:", False),
+        ("        n = self.virtual_pipeline_model_parallel_size", "        n = self.virtual_pipeline_model_parallel_size or 1",
+         False),
+        # the same words beside a PP one still count
+        ("        n = self.pipeline_model_parallel_size", "        n = self.pipeline_model_parallel_size or 1", True),
+        ("        r = get_pipeline_model_parallel_rank()", "        r = get_pipeline_model_parallel_rank() + 1", True),
+        # dev c220: a layer's pipeline offset (0 at PP = 1) and a pg collection's PP group
+        ("        n = layer_number - 1",
+         "        n = layer_number + get_transformer_layer_offset(config, vp_stage, get_pg_rank(pg.pp)) - 1", True),
+        ("        rank = get_pg_rank(pg_collection.tp)", "        rank = get_pg_rank(pg_collection.pp)", True),
+    ],
+)  # fmt: skip
+def test_only_layouts_a_pr_cell_runs_select_level_2(
+    matrix: Matrix, tmp_path: Path, old: str, new: str, layout: bool
+) -> None:
+    """Level 2's PR cell runs TP = PP = 2 with VPP off and CP = 1: a virtual-pipeline or context-parallel
+    name alone would run there as it runs at Level 0, so it selects nothing."""
+    rules = _rules(matrix, tmp_path, PROVIDER, "def provide(self, pre_process=None):", [f"-{old}", f"+{new}"])
+    assert ("aspect:parallel-layout" in rules.get(2, set())) is layout, rules
+
+
+def test_a_local_name_for_the_global_one_is_a_sharded_extent(matrix: Matrix, tmp_path: Path) -> None:
+    """probes-12 `conversion-task-module-lookup-by-global-name`: the rank's parameter name and the global one
+    agree on one rank; at PP = 2 the layers are renumbered, so the lookup fails only at Level 2."""
+    lines = ["-        module, weights = get_module_and_param_from_name(model, local_name, vp_stage)",
+             "+        module, weights = get_module_and_param_from_name(model, global_name, vp_stage)"]  # fmt: skip
+    path = "src/megatron/bridge/models/conversion/model_bridge.py"
+    rules = _rules(matrix, tmp_path, path, "def build_conversion_tasks(self, hf_pretrained, megatron_model):", lines)
+    assert "aspect:sharded-extent" in rules.get(2, set()), rules
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "selects"),
+    [
+        # dev c090: fields of a TypedDict of keyword arguments, declared with a type and no value
+        ("        tensor_model_parallel_size: int", "        tensor_model_parallel_size: int | None", False),
+        ("        expert_model_parallel_size: int", "        expert_model_parallel_size: int | None", False),
+        ("        pg_collection: ProcessGroupCollection,", "        pg_collection: ProcessGroupCollection | None,", False),
+        ("        n = 1", "        n = self.tensor_model_parallel_size", True),
+        ("        n = 1", "        n = self.expert_model_parallel_size", True),
+    ],
+)  # fmt: skip
+def test_a_typed_name_declared_without_a_value_sets_no_layout(
+    matrix: Matrix, tmp_path: Path, old: str, new: str, selects: bool
+) -> None:
+    rules = _rules(matrix, tmp_path, PROVIDER, "def provide(self, pre_process=None):", [f"-{old}", f"+{new}"])
+    layout = {"aspect:parallel-layout", "aspect:expert-parallel"} & rules.get(2, set())
+    assert bool(layout) is selects, rules
+    if "expert" in new:
+        assert ("aspect:moe" in rules.get(4, set())) is selects, rules

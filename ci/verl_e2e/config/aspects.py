@@ -43,6 +43,9 @@ _STRING = _compile(r"""\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'""")
 # an import names a module; what the change does with it is on the lines that use it
 _IMPORT = re.compile(r"^\s*(from\s+[\w.]+\s+)?import\s")
 _COMMENT = re.compile(r"^\s*(#|\"\"\"|'''|\*|//)")
+# a name declared with a type and no value (`tensor_model_parallel_size: int` in a TypedDict, a parameter on a
+# line of its own): it sets nothing; what reads or passes the value is on other lines
+_DECLARES = re.compile(r"^\s*[A-Za-z_]\w*\s*:\s*[^=\s:][^=]*?,?\s*$")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Aspect:
     lines: str = "all"  # "added": only the lines added to a file that existed
     unless_ran_at: int | None = None  # not when a recorded cell of this level ran every changed function
     when_ran: bool = False  # only where a recorded cell ran the changed code
+    declarations: bool = True  # False: a line that only declares a typed name (no value) is not read
 
 
 def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspect, ...]:
@@ -74,9 +78,22 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
         levels, kind = frozenset(node["levels"]), node.get("kind", "all")
         strings, arch = node.get("strings", True), node.get("architecture")
         lines, ran_at = node.get("lines", "all"), node.get("unless_ran_at")
-        when_ran = bool(node.get("when_ran", False))
+        when_ran, declarations = bool(node.get("when_ran", False)), bool(node.get("declarations", True))
         out.append(
-            Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines, ran_at, when_ran)
+            Aspect(
+                node["name"],
+                node["why"],
+                pattern,
+                levels,
+                kind,
+                paths,
+                strings,
+                arch,
+                lines,
+                ran_at,
+                when_ran,
+                declarations,
+            )
         )
     return tuple(out)
 
@@ -177,6 +194,8 @@ def find(
         if id(aspect) not in maybe or (aspect.paths is not None and not aspect.paths.matches(path)):
             continue
         text = code if aspect.strings else bare
+        if not aspect.declarations:
+            text = "\n".join(line for line in text.split("\n") if not _DECLARES.match(line))
         if aspect.lines != "all":
             text = "\n".join(code_lines(x for x in added or () if x not in moved))
             text = text if aspect.strings else _STRING.sub('""', text)
