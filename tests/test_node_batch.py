@@ -74,3 +74,14 @@ def test_no_command_is_one_clear_line() -> None:
 def test_a_bundle_without_its_layout_is_refused(tmp_path: Path) -> None:
     done = _bash("split", str(tmp_path), str(tmp_path / "parts"))
     assert done.returncode == 2 and "needs wheels/ and src/" in done.stderr and not (tmp_path / "parts").exists()
+
+
+def test_make_bundle_names_a_folder_without_the_wheel_list(tmp_path: Path) -> None:
+    """tools/make_bundle.sh reads the wheel list from the shared gpu folder; another folder is bad input,
+    said before anything is downloaded or made."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools" / "make_bundle.sh"), str(tmp_path), str(tmp_path / "bundle")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "requirements-gpu-node.txt" in done.stderr
+    assert not (tmp_path / "bundle").exists()

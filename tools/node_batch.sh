@@ -64,7 +64,9 @@ start_batch() {
       echo "SETUP rc=$? $((SECONDS - t0)) s"
     fi
     # the Mamba-layer families' kernels, built here where the bundle brings their sdists (tools/build_mamba.sh)
-    if compgen -G "$unpacked/src/mamba_ssm-*.tar.gz" >/dev/null && [ ! -e "$work/mamba/installed" ]; then
+    # (NODE_BUILD_MAMBA=0 leaves it out: the build's time on a node is not known yet)
+    if [ "${NODE_BUILD_MAMBA:-1}" != 0 ] && compgen -G "$unpacked/src/mamba_ssm-*.tar.gz" >/dev/null &&
+      [ ! -e "$work/mamba/installed" ]; then
       t0=$SECONDS
       if bash "$repo/tools/build_mamba.sh" "$unpacked/src" "$work/site" "$work/mamba" > "$logs/mamba.log" 2>&1; then
         touch "$work/mamba/installed" && echo "MAMBA rc=0 $((SECONDS - t0)) s"
