@@ -78,22 +78,9 @@ def build_aspects(nodes: Sequence[Mapping[str, Any]], where: str) -> tuple[Aspec
         levels, kind = frozenset(node["levels"]), node.get("kind", "all")
         strings, arch = node.get("strings", True), node.get("architecture")
         lines, ran_at = node.get("lines", "all"), node.get("unless_ran_at")
-        when_ran, declarations = bool(node.get("when_ran", False)), bool(node.get("declarations", True))
+        flags = bool(node.get("when_ran", False)), bool(node.get("declarations", True))
         out.append(
-            Aspect(
-                node["name"],
-                node["why"],
-                pattern,
-                levels,
-                kind,
-                paths,
-                strings,
-                arch,
-                lines,
-                ran_at,
-                when_ran,
-                declarations,
-            )
+            Aspect(node["name"], node["why"], pattern, levels, kind, paths, strings, arch, lines, ran_at, *flags)
         )
     return tuple(out)
 
