@@ -152,6 +152,8 @@ UPDATE_KEYS = {
     "zero_after": int,
     "sum_before": float,
     "sum_after": float,
+    "model_zero_before": int,  # the model's own weights at a process's first step (mixed precision)
+    "model_sum_before": float,
 }
 
 

@@ -42,10 +42,10 @@ def test_each_kept_family_run_passes_level0_on_its_own_bridge(archive: Path, tmp
     checks = {c.name: c.result for c in v.checks}
     assert checks.get("update_nonzero") == "Pass" and checks.get("rollout_matches_trainer") == "Pass", checks
     record = json.loads((run / "bridge-functions.json").read_text())
+    where = re.compile(rf"/models/{_dir(run)}/")  # once: the matrix is read and validated per call
     own = [  # a method (not module or class-body code, which every cell runs at import) of the family's dir
-        f["qualname"] for f in record["functions"]
-        if re.search(rf"/models/{_dir(run)}/", f["file"]) and "." in f["qualname"]
-    ]  # fmt: skip
+        f["qualname"] for f in record["functions"] if where.search(f["file"]) and "." in f["qualname"]
+    ]
     assert own, f"no method of {family}'s own model directory ran: the cell did not build that family"
 
 

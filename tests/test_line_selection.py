@@ -217,3 +217,42 @@ def test_a_familys_own_code_no_recorded_cell_called_keeps_its_rules(matrix) -> N
     file, record = _called_nowhere(path)
     selection = select(matrix, [file], ran=[record])
     assert selection.levels and path not in selection.off_surface
+
+
+EXPORT = "src/megatron/bridge/models/conversion/model_bridge.py"
+
+
+def _export_record(level: int, lines: set[int], blob: str = BLOB) -> runtime.Ran:
+    return runtime.Ran(
+        level, "lora-ddp" if level == 0 else "save-resume", "qwen", "b" * 40, "v" * 40,
+        functions={EXPORT: frozenset({"MegatronModelBridge.stream_weights_megatron_to_hf"})},
+        lines={EXPORT: frozenset(lines)},
+        blobs={EXPORT: blob},
+    )  # fmt: skip
+
+
+# lines 4-6 of the base file: the export loop every weight sync runs (its call gains an argument)
+EXPORT_DIFF = (
+    f"diff --git a/{EXPORT} b/{EXPORT}\nindex {BLOB[:12]}..fedcba987654 100644\n--- a/{EXPORT}\n+++ b/{EXPORT}\n"
+    "@@ -4,3 +4,3 @@ def stream_weights_megatron_to_hf(self, megatron_model, hf_pretrained, cpu=True):\n"
+    "         for task in tasks:\n"
+    "-            yield from task.export()\n"
+    "+            yield from task.export(cpu=cpu)\n"
+    '             logger.debug("exported %s", task.param_name)\n'
+)
+
+
+def test_with_a_diff_alone_export_lines_level0_ran_add_no_level1(matrix) -> None:
+    """hf-export's Level 1 is for what runs at save and resume: where a Level 0 cell's line records of the
+    very base file show every changed line ran (the rollout's weight sync), the diff alone is enough to
+    say Level 1 adds nothing; records of another version of the file keep Level 1 (a record whose Level 0
+    skipped the line says so in the plan instead: test_a_branch_level0_never_took_is_not_proven_by_level0)."""
+    files = with_diff([ChangedFile(EXPORT)], parse_unified_diff(EXPORT_DIFF))
+    assert files[0].functions is None  # no trees: the diff names scopes, not functions
+
+    def level1_rules(ran: list[runtime.Ran]) -> set[str]:
+        return {r.rule for r in select(matrix, files, ran=ran).reasons.get(1, [])}
+
+    assert "hf-export" not in level1_rules([_export_record(0, {1, 2, 3, 4, 5, 6, 7})])
+    assert "hf-export" in level1_rules([_export_record(0, {1, 2, 3, 4, 5, 6, 7}, blob="f" * 40)])
+    assert "hf-export" in level1_rules([])  # no records at all: the path rule stands

@@ -10,6 +10,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "node_batch.sh"
 
@@ -85,3 +87,17 @@ def test_make_bundle_names_a_folder_without_the_wheel_list(tmp_path: Path) -> No
     )  # fmt: skip
     assert done.returncode == 2 and "requirements-gpu-node.txt" in done.stderr
     assert not (tmp_path / "bundle").exists()
+
+
+def test_the_bundles_tarballs_name_the_commits_the_compatibility_record_is_kept_under() -> None:
+    """`start` exports these where they are unset: without them no cell finds matrix.yaml's record of
+    which Megatron-Core runs with this verl, and every cell runs the submodule it cannot run with."""
+    record = yaml.safe_load((ROOT / "matrix.yaml").read_text())["compatibility"][0]
+    done = _bash("commits", "/b/src/verl-1dda039.tgz", "/b/src/megatron-bridge-067f987-with-megatron-lm-2a75ac1.tgz")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"VERL_COMMIT={record['verl']}",
+        f"MEGATRON_LM_COMMIT={record['incompatible'][0]['megatron_lm']}",
+    ]
+    unknown = _bash("commits", "/b/verl-fffffff.tgz", "/b/megatron-bridge-067f987.tgz")  # no record, no pin named
+    assert unknown.stdout.splitlines() == ["VERL_COMMIT=", "MEGATRON_LM_COMMIT="]

@@ -13,6 +13,10 @@
 #                                                            (all where none is named), run ENTRIES_FILE's
 #                                                            LABEL:MUTATION:CELL[...] lines with
 #                                                            tools/parallel_runs.sh; start it with setsid
+#   tools/node_batch.sh commits VERL_TGZ BRIDGE_TGZ          the full SHAs the tarballs stand for (verl-<short>.tgz,
+#                                                            ...-with-megatron-lm-<short>.tgz), from matrix.yaml's
+#                                                            compatibility record: `start` uses them where
+#                                                            VERL_COMMIT or MEGATRON_LM_COMMIT is unset
 #   tools/node_batch.sh poll WORK SECONDS OUT_DIR            (node) wait for the batch up to SECONDS, printing
 #                                                            each finished cell's verdict, then pack the run
 #                                                            dirs, logs and tiny-model report into OUT_DIR
@@ -37,6 +41,22 @@ split_bundle() {
   echo "node_batch.sh: $(find "$parts" -name 'part-*' | wc -l) parts of ${mib} MiB in $parts"
 }
 
+full_sha() {  # SHORT -> the 40-hex SHA matrix.yaml names that starts with it, or nothing
+  [[ $1 =~ ^[0-9a-f]{7,40}$ ]] || return 0
+  grep -oE "\b$1[0-9a-f]*\b" "$repo/matrix.yaml" | awk 'length($0) == 40' | head -1
+}
+
+commits() {
+  # Without them the node's verl copy names no upstream commit and the Bridge tree pins no Megatron-LM, so
+  # `--megatron-lm auto` cannot find matrix.yaml's compatibility record and every cell runs the submodule
+  # verl 1dda039 cannot run with (seen on the H100, 2026-12-06: every cell failed in unwrap_model)
+  local verl=${1:?VERL_TGZ} bridge=${2:?BRIDGE_TGZ} short
+  short=$(basename "$verl" .tgz) && short=${short#verl-}
+  echo "VERL_COMMIT=$(full_sha "$short")"
+  short=$(basename "$bridge" .tgz) && short=${short##*-with-megatron-lm-}
+  echo "MEGATRON_LM_COMMIT=$(full_sha "$short")"
+}
+
 start_batch() {
   local parts=${1:?PARTS_DIR} work=${2:?WORK} entries=${3:?ENTRIES_FILE}
   shift 3
@@ -58,6 +78,11 @@ start_batch() {
     local t0=$SECONDS verl bridge
     verl=$(find "$unpacked/src" -name 'verl-*.tgz' | head -1)
     bridge=$(find "$unpacked/src" -name 'megatron-bridge-*.tgz' | head -1)
+    local line
+    while read -r line; do
+      [ -z "$(printenv "${line%%=*}")" ] && export "${line?}"
+    done < <(commits "$verl" "$bridge")
+    echo "node_batch: verl ${VERL_COMMIT:-unknown}, Megatron-LM pin ${MEGATRON_LM_COMMIT:-unknown}"
     if [ ! -d "$work/site" ]; then
       SKIP_TINY=1 bash "$repo/tools/offline_node.sh" setup "$work" "$unpacked/wheels" "$verl" "$bridge" \
         "$unpacked/make-tiny-assets.py" ${MEGATRON_LM_COMMIT:+"$MEGATRON_LM_COMMIT"}
@@ -117,5 +142,6 @@ case $cmd in
   split) split_bundle "$@" ;;
   start) start_batch "$@" ;;
   poll) poll_batch "$@" ;;
-  *) echo "node_batch.sh: unknown command $cmd; expected split, start or poll" >&2; exit 2 ;;
+  commits) commits "$@" ;;
+  *) echo "node_batch.sh: unknown command $cmd; expected split, start, commits or poll" >&2; exit 2 ;;
 esac

@@ -145,20 +145,31 @@ def _watch_optimizer_steps():
     a fingerprint of the weights after the step (and before the process's first step): how many
     tensors are all zero, and the sum of every element. A resumed run must start where the saved one
     ended.
+    Megatron's mixed-precision optimizers step fp32 copies and copy them into the model only after a
+    step, and a resume loads those copies from the optimizer's checkpoint whatever the model's own
+    checkpoint held. So the first step of a process also fingerprints the model's weights themselves
+    (`model_zero_before`, `model_sum_before`): what that step's forward, and the rollout before it, ran.
     The hooks only read; a failure inside them is swallowed so the run is never changed by them.
     """
     out = os.environ.get("VERL_E2E_TRACE_DIR")
     if not out:
         return
+    _after_import("torch.optim.optimizer", lambda module: _register_step_hooks(module, out))
+    _after_import("megatron.core.optimizer.optimizer", _register_megatron_optimizers)
+
+
+def _after_import(name, then):
+    """Call `then(module)` once module `name` has been executed. The finder resolves the spec with the
+    finders after it and only wraps the loader's exec_module, so the import proceeds as without it."""
 
     class _AfterImport:
         @classmethod
-        def find_spec(cls, name, path=None, target=None):  # noqa: ARG003 - the finder protocol
-            if name != "torch.optim.optimizer":
+        def find_spec(cls, fullname, path=None, target=None):  # noqa: ARG003 - the finder protocol
+            if fullname != name:
                 return None
             with contextlib.suppress(ValueError):
                 sys.meta_path.remove(cls)
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
             run_module = spec.loader.exec_module
@@ -166,7 +177,7 @@ def _watch_optimizer_steps():
             def exec_module(module):
                 run_module(module)
                 with contextlib.suppress(Exception):
-                    _register_step_hooks(module, out)
+                    then(module)
 
             spec.loader.exec_module = exec_module
             return spec
@@ -176,6 +187,42 @@ def _watch_optimizer_steps():
             return None
 
     sys.meta_path.insert(0, _AfterImport)
+
+
+# id(a torch optimizer) -> a weak reference to the Megatron optimizer that steps it (and owns the model's weights)
+_MEGATRON = {}
+
+
+def _register_megatron_optimizers(module):
+    """Remember, for each Megatron optimizer built, which torch optimizer it steps: every subclass's
+    __init__ calls MegatronOptimizer.__init__(optimizer, ...) first, which is wrapped here to note the pair."""
+    import weakref  # noqa: PLC0415 - only where Megatron's optimizer module is imported
+
+    base = module.MegatronOptimizer
+    init = base.__init__
+
+    def noting_init(self, optimizer, *args, **kwargs):
+        init(self, optimizer, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            _MEGATRON[id(optimizer)] = weakref.ref(self)
+
+    noting_init.__wrapped__ = init
+    base.__init__ = noting_init
+
+
+def _model_params(opt):
+    """The model's own trained weights behind a torch optimizer, or None where it steps them directly:
+    the distributed optimizer keeps them in model_float16_groups/model_fp32_groups, the plain
+    mixed-precision one in float16_groups/fp32_from_fp32_groups."""
+    ref = _MEGATRON.get(id(opt))
+    wrapper = ref() if ref is not None else None
+    if wrapper is None or getattr(wrapper, "optimizer", None) is not opt:
+        return None
+    for names in (("model_float16_groups", "model_fp32_groups"), ("float16_groups", "fp32_from_fp32_groups")):
+        groups = [getattr(wrapper, n, None) for n in names]
+        if groups[0] is not None:
+            return [p for kind in groups if kind for group in kind for p in group]
+    return None
 
 
 MAX_COPIED = 64 * 1024 * 1024  # elements: a copy of more (a full-parameter large model) costs too much memory
@@ -204,11 +251,13 @@ def _register_step_hooks(optim_module, out):
             saved = [p.detach().clone() if copied else p.detach().double().sum() for p in params]
             # the state the first step of this process starts from (a resumed run's must be the saved one)
             start = _state(params) if id(opt) not in steps else None
-            before[id(opt)] = (params, saved, copied, numel, start)
+            model = _model_params(opt) if id(opt) not in steps else None
+            model_start = _state(model) if model is not None else None
+            before[id(opt)] = (params, saved, copied, numel, start, model_start)
 
     def post(opt, args, kwargs):  # noqa: ARG001 - torch's hook signature
         with contextlib.suppress(Exception), torch.no_grad():
-            params, saved, copied, numel, start = before.pop(id(opt))
+            params, saved, copied, numel, start, model_start = before.pop(id(opt))
             index = order.setdefault(id(opt), len(order) + 1)
             steps[id(opt)] = steps.get(id(opt), 0) + 1
             record = {
@@ -228,6 +277,8 @@ def _register_step_hooks(optim_module, out):
                 record["zero_after"], record["sum_after"] = after
             if start is not None:
                 record["zero_before"], record["sum_before"] = start
+            if model_start is not None:
+                record["model_zero_before"], record["model_sum_before"] = model_start
             if copied:
                 record["update_norm"] = _norm(p.detach() - s for p, s in zip(params, saved, strict=True))
             else:

@@ -12,12 +12,14 @@ directory, which the judge adds) is named as the likely cause. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verl_e2e.judge import likely
 from verl_e2e.judge.culprit import BRIDGE, MCORE, VERL, where
 from verl_e2e.judge.evidence import Evidence
+from verl_e2e.judge.training import ADVICE
 
 Changes = Mapping[str, Any]
 CODE_CLASSES = frozenset({"model_build", "runtime", "checkpoint_save", "checkpoint_load"})
@@ -130,3 +132,25 @@ def compatibility_follow_up(ev: Evidence | None, provenance: Mapping[str, Any]) 
         "this cell, a Bridge value this PR hands to verl is still the suspect; else run with a Megatron-Core "
         "this verl supports (--megatron-lm installed) or move the verl pin"
     )
+
+
+# an export mapping (Megatron -> HF names, splits, transposes): what the rollout is sent, not what the trainer runs
+_MAPPING = re.compile(r"conversion/|param_mapping|Mapping\.|megatron_to_hf|hf_to_megatron|export", re.IGNORECASE)
+
+
+def rollout_advice(failure_class: str, executed: Sequence[str], named: str, follow_ups: Sequence[str]) -> list[str]:
+    """A rollout-vs-trainer disagreement after a change to model code, not to an export mapping, points
+    at the trainer's forward: the rollout engine runs its own model code on the weights it is sent, so a
+    forward that drops an input (Qwen2.5-VL's image embeddings, Qwen3-VL's deepstack features, seen on the
+    H100 on 2026-12-06) shows up as that disagreement with every weight in place. The generic advice
+    (check the export mappings) is replaced where no changed function this cell ran is a mapping."""
+    generic = ADVICE["rollout_weights"]
+    if failure_class != "rollout_weights" or not executed or any(_MAPPING.search(e) for e in executed):
+        return list(follow_ups)
+    forward = (
+        f"the trainer and the rollout engine scored the same tokens differently, and the changed code this cell "
+        f"ran is model code only the trainer runs ({named}), not an export mapping: the rollout runs its own "
+        "model on the weights it is sent, so a forward that drops an input or no longer adds a feature shows "
+        "up here; compare that code with the HF model's forward"
+    )
+    return [forward if f == generic else f for f in follow_ups]

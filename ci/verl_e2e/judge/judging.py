@@ -18,7 +18,7 @@ from verl_e2e.config.matrix import load_matrix
 from verl_e2e.config.signatures import Signature
 from verl_e2e.errors import ConfigError
 from verl_e2e.judge import coverage, junit, likely, timing
-from verl_e2e.judge.blame import Changes, frames_phrase, likely_follow_up
+from verl_e2e.judge.blame import Changes, frames_phrase, likely_follow_up, rollout_advice
 from verl_e2e.judge.evidence import Evidence
 from verl_e2e.judge.parallel import parse_file
 from verl_e2e.judge.rundir import load_run_dir, write_json
@@ -181,7 +181,7 @@ def _suspects(verdict: Verdict, executed: Sequence[str]) -> Verdict:
     return replace(
         verdict,
         headline=f"{verdict.headline} (changed code this cell ran: {named}{more})",
-        follow_ups=[follow, *verdict.follow_ups],
+        follow_ups=[follow, *rollout_advice(verdict.failure_class, executed, named, verdict.follow_ups)],
     )
 
 

@@ -12,6 +12,13 @@ separates "the saved adapters" from "fresh ones" whatever dtype round trip the c
 sum says whether the restore was exact. A weight set with no tensor at zero (full-parameter training)
 is compared by its sum alone, and only reported: a bf16 round trip legitimately changes it.
 
+Megatron's mixed-precision optimizers step fp32 copies of the weights, and a resume loads those copies
+from the optimizer's checkpoint, not from the model's: a model checkpoint that lost the adapters (an
+inverted PEFT filter keeps the frozen weights instead, seen on the H100 on 2026-12-06) still resumes
+with the optimizer's copies exact, while the first resumed step's forward and rollout run on fresh
+adapters. So the probe also counts the all-zero tensors among the model's own weights at the
+resumed process's first step, and those must match the saved state too.
+
 Pure: records in, a verdict and a sentence out.
 """
 
@@ -25,6 +32,8 @@ from typing import Any
 # relative difference of the weight sums under which the resumed weights are the saved ones exactly
 EXACT = 1e-9
 
+_State = tuple[int, float] | None  # (tensors all zero, float64 sum of every element), where recorded
+
 
 @dataclass(frozen=True)
 class Ends:
@@ -33,6 +42,7 @@ class Ends:
     key: tuple[int, str, int]  # (order of its first step in a process, class, trained elements in all)
     start: tuple[int, float] | None
     end: tuple[int, float] | None
+    model_start: tuple[int, float] | None = None  # the model's own weights at the first step, where recorded
 
 
 def restored(updates: Mapping[str, Any] | None, saved_in: str, resumed_in: str) -> tuple[bool | None, str]:
@@ -68,7 +78,18 @@ def _compare(saved: Ends, resumed: Ends) -> tuple[bool | None, str]:
             f"first step, as {zero_init} were before any training, where the saved state had {zero_saved}"
         )
     moved = zero_init - zero_saved
-    return True, f"started from the saved weights ({moved} tensors training had moved from zero were restored, {how})"
+    in_model = resumed.model_start[0] if resumed.model_start is not None else zero_saved
+    if in_model != zero_saved:
+        return False, (
+            f"the model's own weights at the resumed run's first step were not the saved ones: {in_model} "
+            f"tensors were all zero in the model, where the saved state had {zero_saved}; the optimizer's fp32 copy "
+            f"came back ({how}), so the first resumed step's forward and rollout ran on untrained weights (the "
+            "model checkpoint lacks what training moved, or its load skipped it)"
+        )
+    model = " and in the model itself" if resumed.model_start is not None else ""
+    return True, (
+        f"started from the saved weights ({moved} tensors training had moved from zero were restored{model}, {how})"
+    )
 
 
 def _ends(updates: Mapping[str, Any] | None, phase: str) -> list[Ends]:
@@ -78,15 +99,21 @@ def _ends(updates: Mapping[str, Any] | None, phase: str) -> list[Ends]:
     for rec in (updates or {}).get("steps") or []:
         if isinstance(rec, Mapping) and str(rec.get("phase", "")) == phase and _ints(rec, "pid", "optimizer", "step"):
             groups.setdefault((rec["pid"], rec["optimizer"]), []).append(rec)
-    per: dict[tuple[int, str], list[tuple[int, tuple[int, float] | None, tuple[int, float] | None]]] = {}
+    per: dict[tuple[int, str], list[tuple[int, _State, _State, _State]]] = {}
     for (_, index), group in sorted(groups.items()):
         recs = sorted(group, key=lambda r: int(r["step"]))
         elements = recs[0].get("elements")
         size = elements if isinstance(elements, int) and not isinstance(elements, bool) else 0
         kind = str(recs[0].get("class", "optimizer"))[:40]
-        per.setdefault((index, kind), []).append((size, _state(recs[0], "before"), _state(recs[-1], "after")))
+        row = (size, _state(recs[0], "before"), _state(recs[-1], "after"), _state(recs[0], "before", "model_"))
+        per.setdefault((index, kind), []).append(row)
     return [
-        Ends((index, kind, sum(r[0] for r in rows)), _total([r[1] for r in rows]), _total([r[2] for r in rows]))
+        Ends(
+            (index, kind, sum(r[0] for r in rows)),
+            _total([r[1] for r in rows]),
+            _total([r[2] for r in rows]),
+            _total([r[3] for r in rows]),
+        )
         for (index, kind), rows in sorted(per.items())
     ]
 
@@ -97,8 +124,8 @@ def _total(states: list[tuple[int, float] | None]) -> tuple[int, float] | None:
     return sum(s[0] for s in states if s), sum(s[1] for s in states if s)
 
 
-def _state(rec: Mapping[str, Any], when: str) -> tuple[int, float] | None:
-    zero, total = rec.get(f"zero_{when}"), rec.get(f"sum_{when}")
+def _state(rec: Mapping[str, Any], when: str, of: str = "") -> tuple[int, float] | None:
+    zero, total = rec.get(f"{of}zero_{when}"), rec.get(f"{of}sum_{when}")
     if not isinstance(zero, int) or isinstance(zero, bool) or not isinstance(total, (int, float)):
         return None
     return (zero, float(total)) if math.isfinite(total) else None

@@ -52,6 +52,15 @@ class Ran:
         return f"L{self.level}-{self.variant}-{self.family}"
 
 
+def every_line_ran(records: Sequence[Ran], level: int, path: str, blob: str | None, lines: Sequence[int]) -> bool:
+    """Whether one recorded cell of `level` with line records of this very base file (`blob`) ran every one
+    of `lines`: what a diff alone can prove about the change's code without knowing its functions."""
+    wanted = frozenset(lines)
+    return bool(wanted) and any(
+        r.level == level and (got := r.ran_lines(path, blob)) is not None and wanted <= got for r in records
+    )
+
+
 def executed(
     records: Sequence[Ran],
     path: str,

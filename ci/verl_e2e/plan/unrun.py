@@ -11,7 +11,7 @@ from verl_e2e.config.matrix import Level, Matrix
 from verl_e2e.plan import branch_levels, layout, onerank, retests
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
-from verl_e2e.plan.runtime import Ran, executed
+from verl_e2e.plan.runtime import Ran, every_line_ran, executed
 from verl_e2e.plan.runtime import spans as runtime_spans
 from verl_e2e.plan.targets import SHARED_DIRS, Targets, family_dir
 
@@ -110,7 +110,10 @@ def _around_ran(name: str, done: set[str]) -> bool:
 def ran_at(level: int, file: ChangedFile, ran: Sequence[Ran]) -> bool:
     """Whether a recorded cell of `level` ran every function the change sits in (exact scopes only), or
     the function around an inner one (an EP-only helper nested in the export: the level runs the export,
-    and a level of the same layout would not take the helper either)."""
+    and a level of the same layout would not take the helper either). With a diff alone, one such cell that
+    recorded its lines in the same base file ran every changed line."""
+    if file.functions is None and not file.module_level:
+        return every_line_ran(ran, level, file.old_path or file.path, file.old_blob, file.base_lines or ())
     if not file.functions or file.module_level:
         return False
     done = {
