@@ -341,3 +341,27 @@ def test_a_class_something_may_build_is_left_to_the_rules(
     tmp_path: Path, extra: dict[str, str], ran_methods: frozenset[str]
 ) -> None:
     assert _provider_callers(tmp_path, extra, ran_methods) is None
+
+
+def test_a_conditional_expression_counts_only_around_its_own_line() -> None:
+    """The walk for conditional expressions enters only the nodes that hold the line: one on the line (or
+    spanning it) is a condition of it, one elsewhere in the same class or function is not."""
+    import ast
+
+    tree = ast.parse(
+        "class Model:\n"
+        "    def forward(self, x):\n"
+        "        y = self.mtp(x) if self.config.mtp_num_layers else x\n"
+        "        z = (\n"
+        "            self.vision(y)\n"
+        "            if self.vision is not None\n"
+        "            else y\n"
+        "        )\n"
+        "        return z + 1\n"
+        "    def other(self, x):\n"
+        "        return x\n"
+    )
+    assert kindconds.unrecorded_condition(tree, 3)  # on the line itself
+    assert kindconds.unrecorded_condition(tree, 5)  # inside a conditional expression spanning lines 4-8
+    assert not kindconds.unrecorded_condition(tree, 9)  # after both: under neither
+    assert not kindconds.unrecorded_condition(tree, 11)  # another method of the same class
