@@ -6,7 +6,8 @@
 #
 #   tools/build_mamba.sh SRC SITE OUT
 #
-# SRC holds causal_conv1d-*.tar.gz, mamba_ssm-*.tar.gz and the pure-Python wheels the builds and the import
+# SRC holds causal_conv1d-*.tar.gz, mamba_ssm-*.tar.gz (or the two wheels an earlier build made, which are
+# installed instead of building) and the pure-Python wheels the builds and the import
 # need: wheel, setuptools, packaging (build only, kept in OUT/buildsite) and einops (installed). Fetch them on
 # a connected machine (PyPI's simple index lists the sdists; `pip download` of an sdist tries to build it):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform any -d SRC \
@@ -23,6 +24,19 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 src=${1:?usage: build_mamba.sh SRC SITE OUT} site=${2:?SITE} out=${3:?OUT}
 arch=${MAMBA_CUDA_ARCH:-90}  # compute capability without the dot: 90 for H100 and H200
+# wheels an earlier build made for this kind of node (`tools/node_batch.sh wheels` packs them): installed as
+# they are, without nvcc or a compile (about 9 minutes on an H100 node with cells beside it)
+prebuilt=("$src"/mamba_ssm-*-linux_x86_64.whl "$src"/causal_conv1d-*-linux_x86_64.whl)
+if [ -f "${prebuilt[0]}" ] && [ -f "${prebuilt[1]}" ] && compgen -G "$src/einops-*.whl" >/dev/null; then
+  echo "build_mamba: installing the wheels an earlier build made, no compile: ${prebuilt[*]##*/}"
+  python3 -m pip install -q --no-index --no-deps --upgrade --target "$site" "${prebuilt[@]}" "$src"/einops-*.whl ||
+    { echo "build_mamba: the prebuilt wheels in $src did not install"; exit 1; }
+  mkdir -p "$out"
+  (cd "$out" && PYTHONPATH="$site" python3 -c "import mamba_ssm, causal_conv1d; print('MAMBA IMPORT OK', mamba_ssm.__version__)") ||
+    exit 1
+  PYTHONPATH="$site" python3 "$repo/tools/mamba_smoke.py" && echo "MAMBA SMOKE OK"
+  exit
+fi
 for want in causal_conv1d-'*'.tar.gz mamba_ssm-'*'.tar.gz wheel-'*'.whl setuptools-'*'.whl packaging-'*'.whl einops-'*'.whl; do
   compgen -G "$src/$want" >/dev/null || { echo "build_mamba: $src lacks $want (see the header for where to get it)"; exit 1; }
 done

@@ -17,6 +17,10 @@
 #                                                            ...-with-megatron-lm-<short>.tgz), from matrix.yaml's
 #                                                            compatibility record: `start` uses them where
 #                                                            VERL_COMMIT or MEGATRON_LM_COMMIT is unset
+#   tools/node_batch.sh wheels WORK OUT_DIR [MIB]           (node) the Mamba wheels tools/build_mamba.sh built, as
+#                                                            MIB-sized parts (default 15) of one tar in OUT_DIR:
+#                                                            joined into a bundle's src/, the next node installs
+#                                                            them instead of compiling
 #   tools/node_batch.sh poll WORK SECONDS OUT_DIR            (node) wait for the batch up to SECONDS, printing
 #                                                            each finished cell's verdict, then pack the run
 #                                                            dirs, logs and tiny-model report into OUT_DIR
@@ -114,6 +118,17 @@ start_batch() {
   touch "$logs/done"
 }
 
+pack_wheels() {
+  local work=${1:?WORK} out=${2:?OUT_DIR} mib=${3:-15}
+  if ! compgen -G "$work/mamba/wheels/*.whl" >/dev/null; then
+    echo "node_batch.sh wheels: $work/mamba/wheels has no wheels; run tools/build_mamba.sh (node_batch.sh start) first" >&2
+    exit 2
+  fi
+  mkdir -p "$out"
+  tar cf - -C "$work/mamba/wheels" . | split -b "${mib}M" -d -a 1 - "$out/mamba-wheels.tar.part-"
+  ls -l "$out"/mamba-wheels.tar.part-*
+}
+
 poll_batch() {
   local work=${1:?WORK} limit=${2:?SECONDS} out=${3:?OUT_DIR} t0=$SECONDS
   local logs="$work/batch"
@@ -143,5 +158,6 @@ case $cmd in
   start) start_batch "$@" ;;
   poll) poll_batch "$@" ;;
   commits) commits "$@" ;;
-  *) echo "node_batch.sh: unknown command $cmd; expected split, start, commits or poll" >&2; exit 2 ;;
+  wheels) pack_wheels "$@" ;;
+  *) echo "node_batch.sh: unknown command $cmd; expected split, start, commits, wheels or poll" >&2; exit 2 ;;
 esac
