@@ -5,9 +5,12 @@ packs what the batch left (run dirs, logs) into one archive, finished or not. Re
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import subprocess
 import tarfile
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -101,3 +104,50 @@ def test_the_bundles_tarballs_name_the_commits_the_compatibility_record_is_kept_
     ]
     unknown = _bash("commits", "/b/verl-fffffff.tgz", "/b/megatron-bridge-067f987.tgz")  # no record, no pin named
     assert unknown.stdout.splitlines() == ["VERL_COMMIT=", "MEGATRON_LM_COMMIT="]
+
+
+def _tgz(path: Path, tree: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in tree.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_offline_setup_names_the_upstream_verl_and_the_pinned_megatron_lm_without_being_told(tmp_path: Path) -> None:
+    """`offline_node.sh setup` with neither VERL_COMMIT nor a Megatron-LM commit given, on the bundle's own
+    tarball names: the verl copy is tagged with its upstream commit and the Bridge commit pins Megatron-LM
+    as a gitlink, as a clone has it, so `--megatron-lm auto` finds matrix.yaml's record. The assets script
+    stands in for make-tiny-assets.py and stops the set-up right after the trees are laid out."""
+    record = yaml.safe_load((ROOT / "matrix.yaml").read_text())["compatibility"][0]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "tiny-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr("tiny/__init__.py", "")
+        zf.writestr("tiny-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n")
+        zf.writestr("tiny-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("tiny-1.0.dist-info/RECORD", "")
+    verl = _tgz(tmp_path / "verl-1dda039.tgz", {"setup.py": "", "verl/__init__.py": ""})
+    bridge = _tgz(
+        tmp_path / "megatron-bridge-067f987-with-megatron-lm-2a75ac1.tgz",
+        {"Megatron-Bridge/pyproject.toml": "", "Megatron-LM/megatron/core/__init__.py": ""},
+    )
+    stop = tmp_path / "assets.py"
+    stop.write_text("raise SystemExit(3)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_COMMIT", "MEGATRON_LM_COMMIT")}
+    work = tmp_path / "work"
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools" / "offline_node.sh"), "setup", str(work), str(wheels), str(verl), str(bridge),
+         str(stop)],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr  # the stand-in assets script stopped it after the trees
+    tags = subprocess.run(["git", "-C", str(work / "verl"), "tag"], capture_output=True, text=True, check=True)
+    assert tags.stdout.split() == [f"upstream-{record['verl']}"]
+    link = subprocess.run(
+        ["git", "-C", str(work / "Megatron-Bridge"), "ls-tree", "HEAD", "3rdparty/Megatron-LM"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert link.stdout.split()[:3] == ["160000", "commit", record["incompatible"][0]["megatron_lm"]]

@@ -32,7 +32,12 @@ commit_tree() {  # the driver records both trees' commits: make each a one-commi
 }
 
 setup() {
-  local wheels=$1 verl_tgz=$2 bridge_tgz=$3 make_assets=$4 mlm_commit=${5:-}
+  local wheels=$1 verl_tgz=$2 bridge_tgz=$3 make_assets=$4 mlm_commit=${5:-} named
+  # unset, both come from the tarballs' names and matrix.yaml's compatibility record (node_batch.sh commits):
+  # without them no cell finds that record and each runs the pinned submodule this verl cannot run with
+  named=$(bash "$repo/tools/node_batch.sh" commits "$verl_tgz" "$bridge_tgz")
+  if [ -z "${VERL_COMMIT:-}" ]; then VERL_COMMIT=$(sed -n 's/^VERL_COMMIT=//p' <<< "$named"); fi
+  if [ -z "$mlm_commit" ]; then mlm_commit=$(sed -n 's/^MEGATRON_LM_COMMIT=//p' <<< "$named"); fi
   python3 -m pip install --quiet --no-index --no-deps --target "$work/site" "$wheels"/*.whl
   rm -rf "$work/verl" "$work/Megatron-Bridge" "$work/unpack"
   mkdir -p "$work/verl" "$work/unpack"
