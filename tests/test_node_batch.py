@@ -151,3 +151,68 @@ def test_offline_setup_names_the_upstream_verl_and_the_pinned_megatron_lm_withou
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert link.stdout.split()[:3] == ["160000", "commit", record["incompatible"][0]["megatron_lm"]]
+
+
+def test_the_mamba_families_cells_run_last_after_their_kernels_build(tmp_path: Path) -> None:
+    """`start` builds the Mamba kernels beside the other cells and runs the Mamba families' cells after it
+    (a family is the entry's fifth field); comments and blank lines are no entries."""
+    entries = tmp_path / "entries"
+    entries.write_text(
+        "# a batch\n"
+        "l0-nemotronh:-:L0-lora-ddp-nemotronh::nemotronh\n"
+        "l1-qwen:-:L1-save-resume-qwen::qwen\n"
+        "\n"
+        "l0-mamba:-:L0-lora-ddp-mamba::mamba:tiny/nemotronh\n"
+        "mut-vis25:vision-embeds-dropped:L4-vlm-qwen25_vl::qwen25_vl\n"
+        "l0-llama:-:L0-lora-ddp-llama\n"
+    )
+    done = _bash("order", str(entries))
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":", 1)[0] for line in done.stdout.splitlines()] == [
+        "l1-qwen", "mut-vis25", "l0-llama", "l0-nemotronh", "l0-mamba",
+    ]  # fmt: skip
+
+
+def test_start_runs_the_other_cells_while_the_mamba_kernels_build(tmp_path: Path) -> None:
+    """`start`'s order of work with its tools stubbed (a copy of node_batch.sh beside stand-ins that log
+    when they begin and end): set-up, the Mamba build in the background, the tiny models, the other cells
+    while the build runs, then the Mamba families' cells once it is done."""
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "tools" / "node_batch.sh").write_text(TOOL.read_text())
+    events = tmp_path / "events"
+    stub = f'echo "$(date +%s.%N) {{name}} start $*" >> {events}; {{body}}; echo "$(date +%s.%N) {{name}} end" >> {events}\n'
+    stubs = {
+        "offline_node.sh": ("setup", 'mkdir -p "$2/site" "$2/assets/tiny/qwen2"'),
+        "build_mamba.sh": ("build", "sleep 2"),
+        "parallel_runs.sh": ("cells", "sleep 0.5"),
+        "make_tiny_model.py": ("tiny", ""),
+    }
+    for name, (label, body) in stubs.items():
+        text = stub.format(name=label, body=body or "true")
+        if name.endswith(".py"):
+            text = f"import subprocess, sys\nsubprocess.run(['bash', '-c', {text!r}, 'x', *sys.argv[1:]])\n"
+        (repo / "tools" / name).write_text(text)
+    bundle = tmp_path / "bundle"
+    for d in ("wheels", "src"):
+        (bundle / d).mkdir(parents=True)
+    (bundle / "src" / "mamba_ssm-2.3.2.post1.tar.gz").write_bytes(b"sdist")
+    (bundle / "src" / "verl-1dda039.tgz").write_bytes(b"verl")
+    parts = tmp_path / "parts"
+    split = _bash("split", str(bundle), str(parts))
+    assert split.returncode == 0, split.stderr
+    entries = tmp_path / "entries"
+    entries.write_text("l0-nemotronh:-:L0-lora-ddp-nemotronh::nemotronh\nl1-qwen:-:L1-save-resume-qwen::qwen\n")
+    work = tmp_path / "work"
+    done = subprocess.run(
+        ["bash", str(repo / "tools" / "node_batch.sh"), "start", str(parts), str(work), str(entries)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (work / "batch" / "done").exists(), done.stderr
+    log = [line.split(" ", 3)[1:] for line in events.read_text().splitlines()]
+    order = [f"{what} {edge}" for what, edge, *_ in log]
+    assert order.index("setup end") < order.index("build start") < order.index("cells start")
+    first, second = [i for i, (what, edge, *_) in enumerate(log) if (what, edge) == ("cells", "start")]
+    assert "l1-qwen" in log[first][2] and "nemotronh" not in log[first][2]  # the others, while the build runs
+    assert order.index("build end") < second and "l0-nemotronh" in log[second][2]  # Mamba cells after it
+    assert "MAMBA rc=0" in (work / "batch" / "batch.log").read_text()

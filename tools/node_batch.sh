@@ -6,7 +6,9 @@
 #   tools/node_batch.sh split BUNDLE_DIR PARTS_DIR [MIB]     (here) tar BUNDLE_DIR (wheels/, src/*.tgz,
 #                                                            make-tiny-assets.py) into MIB-sized parts + SHA256
 #                                                            (src/ may add the Mamba sdists and build wheels:
-#                                                            `start` then runs tools/build_mamba.sh after set-up)
+#                                                            `start` then runs tools/build_mamba.sh after set-up,
+#                                                            beside the other cells; the Mamba families' cells
+#                                                            run once it is done)
 #   tools/node_batch.sh start PARTS_DIR WORK ENTRIES_FILE [FAMILY...]
 #                                                            (node) join and check the parts, set WORK up with
 #                                                            tools/offline_node.sh, build FAMILY's tiny models
@@ -17,6 +19,8 @@
 #                                                            ...-with-megatron-lm-<short>.tgz), from matrix.yaml's
 #                                                            compatibility record: `start` uses them where
 #                                                            VERL_COMMIT or MEGATRON_LM_COMMIT is unset
+#   tools/node_batch.sh order ENTRIES_FILE                  the entries in the order `start` runs them: the Mamba
+#                                                            families' (MAMBA_FAMILIES) last, after the build
 #   tools/node_batch.sh wheels WORK OUT_DIR [MIB]           (node) the Mamba wheels tools/build_mamba.sh built, as
 #                                                            MIB-sized parts (default 15) of one tar in OUT_DIR:
 #                                                            joined into a bundle's src/, the next node installs
@@ -61,6 +65,19 @@ commits() {
   echo "MEGATRON_LM_COMMIT=$(full_sha "$short")"
 }
 
+# the families whose cells need the Mamba kernels (Mamba layers in their models)
+MAMBA_FAMILIES=${MAMBA_FAMILIES:-"nemotronh falcon_h1 mamba hybrid"}
+
+mamba_entries() {  # [-v]: the LABEL:MUTATION:CELL:HYDRA:FAMILY[:MODEL] lines on stdin whose FAMILY needs them (-v: the others)
+  local keep=1 line family
+  [ "${1:-}" = -v ] && keep=0
+  while IFS= read -r line; do
+    family=$(cut -d: -f5 <<< "$line")
+    if [[ " $MAMBA_FAMILIES " == *" $family "* ]]; then [ $keep = 1 ] && echo "$line"; else [ $keep = 0 ] && echo "$line"; fi
+  done
+  return 0
+}
+
 start_batch() {
   local parts=${1:?PARTS_DIR} work=${2:?WORK} entries=${3:?ENTRIES_FILE}
   shift 3
@@ -92,16 +109,21 @@ start_batch() {
         "$unpacked/make-tiny-assets.py" ${MEGATRON_LM_COMMIT:+"$MEGATRON_LM_COMMIT"}
       echo "SETUP rc=$? $((SECONDS - t0)) s"
     fi
-    # the Mamba-layer families' kernels, built here where the bundle brings their sdists (tools/build_mamba.sh)
-    # (NODE_BUILD_MAMBA=0 leaves it out: the build's time on a node is not known yet)
-    if [ "${NODE_BUILD_MAMBA:-1}" != 0 ] && compgen -G "$unpacked/src/mamba_ssm-*.tar.gz" >/dev/null &&
+    # the Mamba-layer families' kernels (tools/build_mamba.sh: from the bundle's sdists, or the wheels an
+    # earlier node built), beside the tiny models and the other cells: the build takes minutes, and only
+    # the Mamba families' cells wait for it (NODE_BUILD_MAMBA=0 leaves it out)
+    local build=""
+    if [ "${NODE_BUILD_MAMBA:-1}" != 0 ] && compgen -G "$unpacked/src/mamba_ssm-*" >/dev/null &&
       [ ! -e "$work/mamba/installed" ]; then
-      t0=$SECONDS
-      if bash "$repo/tools/build_mamba.sh" "$unpacked/src" "$work/site" "$work/mamba" > "$logs/mamba.log" 2>&1; then
-        touch "$work/mamba/installed" && echo "MAMBA rc=0 $((SECONDS - t0)) s"
-      else
-        echo "MAMBA rc=1 $((SECONDS - t0)) s (the Mamba families' cells will stop in the preflight; see batch/mamba.log)"
-      fi
+      (
+        t0=$SECONDS
+        if bash "$repo/tools/build_mamba.sh" "$unpacked/src" "$work/site" "$work/mamba" > "$logs/mamba.log" 2>&1; then
+          mkdir -p "$work/mamba" && touch "$work/mamba/installed" && echo "MAMBA rc=0 $((SECONDS - t0)) s"
+        else
+          echo "MAMBA rc=1 $((SECONDS - t0)) s (the Mamba families' cells will stop in the preflight; see batch/mamba.log)"
+        fi
+      ) &
+      build=$!
     fi
     t0=$SECONDS
     local only=()
@@ -109,9 +131,12 @@ start_batch() {
     PYTHONPATH="$repo/ci:$work/site" python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" \
       --tokenizer "$work/assets/tiny/qwen2" "${only[@]}" --report "$work/tiny-models.json" > "$logs/tiny.log" 2>&1
     echo "TINY rc=$? $((SECONDS - t0)) s"
-    local cells=()
-    mapfile -t cells < <(grep -v '^\s*\(#\|$\)' "$entries")
-    bash "$repo/tools/parallel_runs.sh" "$work" "${cells[@]}"
+    local plain=() mamba=()
+    mapfile -t plain < <(grep -v '^\s*\(#\|$\)' "$entries" | mamba_entries -v)
+    mapfile -t mamba < <(grep -v '^\s*\(#\|$\)' "$entries" | mamba_entries)
+    if [ ${#plain[@]} -gt 0 ]; then bash "$repo/tools/parallel_runs.sh" "$work" "${plain[@]}"; fi
+    if [ -n "$build" ]; then wait "$build"; fi
+    if [ ${#mamba[@]} -gt 0 ]; then bash "$repo/tools/parallel_runs.sh" "$work" "${mamba[@]}"; fi
     echo "BATCH DONE"
     date -u
   } > "$logs/batch.log" 2>&1
@@ -159,5 +184,6 @@ case $cmd in
   poll) poll_batch "$@" ;;
   commits) commits "$@" ;;
   wheels) pack_wheels "$@" ;;
+  order) grep -v '^\s*\(#\|$\)' "${1:?ENTRIES_FILE}" | mamba_entries -v; grep -v '^\s*\(#\|$\)' "$1" | mamba_entries ;;
   *) echo "node_batch.sh: unknown command $cmd; expected split, start, commits, wheels or poll" >&2; exit 2 ;;
 esac
