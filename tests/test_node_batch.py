@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -173,10 +174,10 @@ def test_the_mamba_families_cells_run_last_after_their_kernels_build(tmp_path: P
     ]  # fmt: skip
 
 
-def test_start_runs_the_other_cells_while_the_mamba_kernels_build(tmp_path: Path) -> None:
-    """`start`'s order of work with its tools stubbed (a copy of node_batch.sh beside stand-ins that log
-    when they begin and end): set-up, the Mamba build in the background, the tiny models, the other cells
-    while the build runs, then the Mamba families' cells once it is done."""
+def _stubbed(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """A copy of node_batch.sh beside stand-ins for the tools `start` calls, each logging to `events` when
+    it begins and ends; the parts of a bundle that brings a Mamba sdist; two entries, one a Mamba family's.
+    Returns (the copy, the parts, the entries, the events file)."""
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
     (repo / "tools" / "node_batch.sh").write_text(TOOL.read_text())
@@ -203,12 +204,10 @@ def test_start_runs_the_other_cells_while_the_mamba_kernels_build(tmp_path: Path
     assert split.returncode == 0, split.stderr
     entries = tmp_path / "entries"
     entries.write_text("l0-nemotronh:-:L0-lora-ddp-nemotronh::nemotronh\nl1-qwen:-:L1-save-resume-qwen::qwen\n")
-    work = tmp_path / "work"
-    done = subprocess.run(
-        ["bash", str(repo / "tools" / "node_batch.sh"), "start", str(parts), str(work), str(entries)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert (work / "batch" / "done").exists(), done.stderr
+    return repo / "tools" / "node_batch.sh", parts, entries, events
+
+
+def _order_checked(events: Path, work: Path) -> None:
     log = [line.split(" ", 3)[1:] for line in events.read_text().splitlines()]
     order = [f"{what} {edge}" for what, edge, *_ in log]
     assert order.index("setup end") < order.index("build start") < order.index("cells start")
@@ -216,3 +215,38 @@ def test_start_runs_the_other_cells_while_the_mamba_kernels_build(tmp_path: Path
     assert "l1-qwen" in log[first][2] and "nemotronh" not in log[first][2]  # the others, while the build runs
     assert order.index("build end") < second and "l0-nemotronh" in log[second][2]  # Mamba cells after it
     assert "MAMBA rc=0" in (work / "batch" / "batch.log").read_text()
+
+
+def test_start_runs_the_other_cells_while_the_mamba_kernels_build(tmp_path: Path) -> None:
+    """`start`'s order of work, its tools stubbed: set-up, the Mamba build in the background, the tiny
+    models, the other cells while the build runs, then the Mamba families' cells once it is done."""
+    tool, parts, entries, events = _stubbed(tmp_path)
+    work = tmp_path / "work"
+    done = subprocess.run(
+        ["bash", str(tool), "start", str(parts), str(work), str(entries)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (work / "batch" / "done").exists(), done.stderr
+    _order_checked(events, work)
+
+
+def test_launch_returns_at_once_and_runs_start_from_its_own_copy(tmp_path: Path) -> None:
+    """On a lent machine each call replaces the checkout, so `launch` copies it into WORK/repo and runs
+    `start` from there, detached; the call that launched it returns before the batch ends."""
+    tool, parts, entries, events = _stubbed(tmp_path)
+    work = tmp_path / "work"
+    began = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(tool), "launch", str(parts), str(work), str(entries)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and "poll" in done.stdout, done.stderr
+    assert not (work / "batch" / "done").exists() or time.monotonic() - began > 2  # not waited for
+    for _ in range(100):
+        if (work / "batch" / "done").exists():
+            break
+        time.sleep(0.2)
+    assert (work / "repo" / "tools" / "node_batch.sh").exists() and (work / "entries").exists()
+    _order_checked(events, work)
+    missing = _bash("launch", str(parts), str(work), str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no entries file" in missing.stderr

@@ -19,6 +19,10 @@
 #                                                            ...-with-megatron-lm-<short>.tgz), from matrix.yaml's
 #                                                            compatibility record: `start` uses them where
 #                                                            VERL_COMMIT or MEGATRON_LM_COMMIT is unset
+#   tools/node_batch.sh launch PARTS_DIR WORK ENTRIES_FILE [FAMILY...]
+#                                                            (node) `start` detached (setsid), from a copy of this
+#                                                            checkout in WORK/repo (the lent machine's checkout is
+#                                                            replaced by each call), returning at once
 #   tools/node_batch.sh order ENTRIES_FILE                  the entries in the order `start` runs them: the Mamba
 #                                                            families' (MAMBA_FAMILIES) last, after the build
 #   tools/node_batch.sh wheels WORK OUT_DIR [MIB]           (node) the Mamba wheels tools/build_mamba.sh built, as
@@ -143,6 +147,22 @@ start_batch() {
   touch "$logs/done"
 }
 
+launch_batch() {
+  local parts=${1:?PARTS_DIR} work=${2:?WORK} entries=${3:?ENTRIES_FILE}
+  shift 3
+  [ -f "$entries" ] || { echo "node_batch.sh launch: no entries file $entries" >&2; exit 2; }
+  mkdir -p "$work" && work=$(cd "$work" && pwd)
+  rm -rf "$work/repo" && mkdir -p "$work/repo"
+  local part
+  for part in ci containers tools matrix.yaml pyproject.toml; do
+    [ -e "$repo/$part" ] && cp -r "$repo/$part" "$work/repo/"
+  done
+  cp "$entries" "$work/entries"
+  (setsid nohup bash "$work/repo/tools/node_batch.sh" start "$parts" "$work" "$work/entries" "$@" \
+    > "$work/start.log" 2>&1 < /dev/null &)
+  echo "node_batch.sh: started in $work from $work/repo; follow it with: tools/node_batch.sh poll $work SECONDS OUT_DIR"
+}
+
 pack_wheels() {
   local work=${1:?WORK} out=${2:?OUT_DIR} mib=${3:-15}
   if ! compgen -G "$work/mamba/wheels/*.whl" >/dev/null; then
@@ -184,6 +204,7 @@ case $cmd in
   poll) poll_batch "$@" ;;
   commits) commits "$@" ;;
   wheels) pack_wheels "$@" ;;
+  launch) launch_batch "$@" ;;
   order) grep -v '^\s*\(#\|$\)' "${1:?ENTRIES_FILE}" | mamba_entries -v; grep -v '^\s*\(#\|$\)' "$1" | mamba_entries ;;
-  *) echo "node_batch.sh: unknown command $cmd; expected split, start, commits, wheels or poll" >&2; exit 2 ;;
+  *) echo "node_batch.sh: unknown command $cmd; expected split, start, launch, commits, order, wheels or poll" >&2; exit 2 ;;
 esac
