@@ -6,6 +6,9 @@ function's own variable renamed throughout computes the same thing (changes.is_c
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from verl_e2e.config.matrix import Matrix
@@ -13,6 +16,7 @@ from verl_e2e.plan import additions, runtime, surface
 from verl_e2e.plan.changes import ChangedFile, is_cosmetic_python_change
 from verl_e2e.plan.diffs import parse_unified_diff
 from verl_e2e.plan.enrich import with_diff
+from verl_e2e.plan.gitchanges import changes_from_git
 from verl_e2e.plan.select import select
 
 MAPPING = "src/megatron/bridge/models/conversion/param_mapping.py"
@@ -152,3 +156,39 @@ def test_a_new_module_the_change_imports_is_planned(matrix: Matrix) -> None:
     files = [_added(NEW_MODULE, NEW_MODULE_TEXT), importer]
     plan = select(matrix, files, surface=surface.shipped(), ran=runtime.shipped())
     assert 5 in plan.levels  # the adapter's forward is what an imported layer may now compute
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_an_existing_module_nothing_names_runs_in_no_cell_where_the_tree_shows_it(
+    tmp_path: Path, matrix: Matrix
+) -> None:
+    """With the trees (--repo): a family's helper module no other Bridge source names (Llama 4's chunking
+    utilities) loads in no cell, so a change to it selects nothing and the plan says so; the family's
+    bridge, which its package imports, is not such a module."""
+    repo = tmp_path / "bridge"
+    llama = repo / "src/megatron/bridge/models/llama"
+    llama.mkdir(parents=True)
+    _git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    _git(repo, "config", "user.email", "ci@example.com")
+    _git(repo, "config", "user.name", "CI")
+    (llama / "__init__.py").write_text("from megatron.bridge.models.llama.llama_bridge import LlamaBridge\n")
+    (llama / "llama_bridge.py").write_text("class LlamaBridge:\n    def provider_bridge(self, hf):\n        return 1\n")
+    # its caller lives beside it, in a forward any module may have (nothing static says it is never called)
+    helper = "class Llama4Attention:\n    def forward(self, x, n):\n        return chunkify(x, n)\n\n\n"
+    (llama / "llama4_utils.py").write_text(helper + "def chunkify(x, n):\n    return ((len(x) + n - 1) // n) * n\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    _git(repo, "checkout", "-qb", "feature")
+    (llama / "llama4_utils.py").write_text(helper + "def chunkify(x, n):\n    return ((len(x) + n) // n) * n\n")
+    (llama / "llama_bridge.py").write_text("class LlamaBridge:\n    def provider_bridge(self, hf):\n        return 2\n")
+    _git(repo, "commit", "-qam", "feature")
+    files, _, _ = changes_from_git(str(repo), "main", "feature")
+    by = {f.path: f for f in files}
+    assert by["src/megatron/bridge/models/llama/llama4_utils.py"].unnamed_module
+    assert not by["src/megatron/bridge/models/llama/llama_bridge.py"].unnamed_module  # its package imports it
+    alone = select(matrix, [by["src/megatron/bridge/models/llama/llama4_utils.py"]], ran=runtime.shipped())
+    assert alone.levels == ()
+    assert any("llama4_utils" in n and "nothing imports" in n for n in alone.unexecuted), alone.unexecuted

@@ -73,6 +73,8 @@ class ChangedFile:
     caller_skipped: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
     # an added module whose name the base tree already mentions (a guarded import waiting for it): --repo
     named_before: bool = False
+    # an existing module no other Bridge source names and verl does not import: nothing loads it: --repo
+    unnamed_module: bool = False
     # a changed line runs under a condition on the model's kind or the run's state (callsites.py): --repo
     unrecorded_conditions: bool = False
     # ... one on the plain-data type of what a caller hands over (`isinstance(replica_id, int)`): --repo

@@ -20,7 +20,7 @@ from verl_e2e.plan.diffs import FileDiff, parse_unified_diff
 from verl_e2e.plan.enrich import with_architectures, with_ast_scopes, with_diff
 from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.registry import SHARED
-from verl_e2e.plan.renames import mentions, renamed_definition, unused
+from verl_e2e.plan.renames import mentions, renamed_definition, unused, where_named
 from verl_e2e.plan.surface import MODELS, shipped
 
 
@@ -128,7 +128,15 @@ def changes_from_git(repo_path: str, base: str, head: str) -> tuple[list[Changed
         renamed = None if kept else renamed_definition(old.get(f.path), new.get(f.path))
         if renamed is not None and unused(repo, merge_base, renamed, verl_reads):
             cosmetic.add(f.path)
-    files = [replace(f, cosmetic=f.path in cosmetic, named_before=_named_before(repo, merge_base, f)) for f in files]
+    files = [
+        replace(
+            f,
+            cosmetic=f.path in cosmetic,
+            named_before=_named_before(repo, merge_base, f),
+            unnamed_module=_unnamed_module(repo, merge_base, f),
+        )
+        for f in files
+    ]
     files = with_ast_scopes(with_diff(files, diffs), diffs, old, new)
     files = [  # the trees confirm what the hunks' text suggests (a logging call that opens above a hunk is missed),
         # and decide where every changed line holds a string (a progress call's text, which the text cannot tell)
@@ -237,3 +245,23 @@ def _named_before(repo: Path, base: str, file: ChangedFile) -> bool:
     if rest != file.path and "/" in rest and rest.split("/", 1)[0] not in SHARED:
         return False  # a model directory's new file is its family's, whoever names it
     return mentions(repo, base, file.path.rsplit("/", 1)[-1].removesuffix(".py")) != 0
+
+
+def _unnamed_module(repo: Path, base: str, file: ChangedFile) -> bool:
+    """A changed module of a family's model directory (not a package's `__init__`) whose name no other
+    source of Bridge holds at the base, and no module verl imports is: nothing imports it, statically or by
+    a module path written as a string (Bridge's dynamic imports name the whole path), and the registry
+    loads a family's bridges through its package's imports, so no cell loads it. Not shared code (peft/,
+    training/, conversion/): a public module there may be what a user's or verl's config names, as
+    `lora.type: canonical_lora` came to name peft/canonical_lora.py (dev c170, before Bridge named it)."""
+    path = file.old_path or file.path
+    rest = path.removeprefix(MODELS)
+    if file.status == "A" or rest == path or "/" not in rest or rest.split("/", 1)[0] in SHARED:
+        return False
+    if not path.endswith(".py"):
+        return False
+    stem = path.rsplit("/", 1)[-1].removesuffix(".py")
+    if stem == "__init__" or any(m.split(":", 1)[0].rsplit(".", 1)[-1] == stem for m in shipped().verl_imports):
+        return False
+    found = where_named(repo, base, stem)
+    return found is not None and all(p == path for p, _ in found)
