@@ -1,7 +1,9 @@
-"""Write run dirs the way `run-cell` does, for judging tests (logs come from the verl_log double)."""
+"""Write run dirs the way `run-cell` does, for judging tests (logs come from the verl_log double), and
+unpack the real ones kept as archives under tests/fixtures."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -71,3 +73,15 @@ def write_run_dir(
     if checkpoints is not None:
         (root / "checkpoints.json").write_text(json.dumps(checkpoints))
     return root
+
+
+def unpack_kept(folder: str, name: str, into: Path) -> Path:
+    """A scratch copy of the real run kept as tests/fixtures/FOLDER/NAME.tar.xz (one run dir inside), by
+    tools/family_table.py's own reader, which refuses links out of the tree."""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("family_table", root / "tools/family_table.py")
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    run: Path = tool.unpack(root / f"tests/fixtures/{folder}/{name}.tar.xz", into)
+    return run

@@ -12,7 +12,6 @@ Megatron-Core 0.19.2, the tiny models of `tools/make_tiny_model.py`):
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -22,16 +21,11 @@ import pytest
 from verl_e2e.judge.judging import judge_run_dir
 from verl_e2e.judge.restore import restored
 
-ROOT = Path(__file__).resolve().parents[1]
+from .rundirs import unpack_kept
 
 
 def _unpack(name: str, into: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("family_table", ROOT / "tools/family_table.py")
-    assert spec and spec.loader
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    run: Path = tool.unpack(ROOT / f"tests/fixtures/mutation-runs/{name}.tar.xz", into)
-    return run
+    return unpack_kept("mutation-runs", name, into)
 
 
 def _check(verdict: Any, name: str) -> Any:

@@ -10,7 +10,6 @@ LoRA's zero-initialised second matrices, which the save phase's two optimizer st
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import pytest
 from verl_e2e.config.matrix import load_matrix
 from verl_e2e.judge.judging import judge_run_dir
 from verl_e2e.judge.restore import phases_to_compare, restored
+
+from .rundirs import unpack_kept
 
 
 def _step(
@@ -96,16 +97,6 @@ def test_level_1_names_its_save_and_resume_phases() -> None:
     assert all(phases_to_compare(v.phases) is None for v in levels[0].variants)
 
 
-def _unpack(name: str, into: Path) -> Path:
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("family_table", root / "tools/family_table.py")
-    assert spec and spec.loader
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    run: Path = tool.unpack(root / f"tests/fixtures/level-runs/{name}.tar.xz", into)
-    return run
-
-
 def _fingerprinted(run: Path, resumed_zero: int) -> Path:
     """The real run's updates.json with the fingerprints the probe now writes (sums from its weight norms)."""
     data = json.loads((run / "updates.json").read_text())
@@ -127,7 +118,7 @@ def _fingerprinted(run: Path, resumed_zero: int) -> Path:
 def test_the_real_level_1_run_is_judged_on_the_weights_it_resumed_with(
     resumed_zero: int, result: str, tmp_path: Path
 ) -> None:
-    run = _fingerprinted(_unpack("l1-gemma3", tmp_path), resumed_zero)
+    run = _fingerprinted(unpack_kept("level-runs", "l1-gemma3", tmp_path), resumed_zero)
     v = judge_run_dir(run)
     resume = next(c for c in v.checks if c.name == "resume")
     assert (v.result, resume.result) == (result, result), resume.detail
