@@ -128,3 +128,21 @@ def test_the_real_level_1_run_is_judged_on_the_weights_it_resumed_with(
         assert "did not start from the saved weights" in v.headline + resume.detail
     else:
         assert "weights at resume" in resume.detail and "restored, exactly" in resume.detail
+
+
+@pytest.mark.parametrize(("in_model", "ok"), [(0, True), (2, True), (3, True), (27, False)])
+def test_the_model_may_hold_no_more_untrained_tensors_than_the_optimizers_restored_copies(
+    in_model: int, ok: bool
+) -> None:
+    """The model's own count at the resumed step, beside the optimizer's (data-parallel shards: a rank's
+    fp32 shard of a trained tensor can be all zero where the model's whole tensor is not, so fewer in the
+    model is no sign); more in the model is untrained weights the forward and rollout ran on."""
+    steps = [
+        _step("save", 21, 1, (24, 0.1), (3, 0.11)),
+        _step("resume", 31, 1, (3, 0.11), (3, 0.12)),
+    ]
+    steps[1] |= {"model_zero_before": in_model, "model_sum_before": 0.11}
+    came_back, why = restored({"steps": steps}, "save", "resume")
+    assert came_back is ok, why
+    if not ok:
+        assert f"{in_model} tensors were all zero in the model, where the saved state had 3" in why

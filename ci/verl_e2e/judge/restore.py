@@ -17,7 +17,7 @@ from the optimizer's checkpoint, not from the model's: a model checkpoint that l
 inverted PEFT filter keeps the frozen weights instead, seen on the H100 on 2026-12-06) still resumes
 with the optimizer's copies exact, while the first resumed step's forward and rollout run on fresh
 adapters. So the probe also counts the all-zero tensors among the model's own weights at the
-resumed process's first step, and those must match the saved state too.
+resumed process's first step: the model may hold no more of them than the optimizer's restored copies.
 
 Pure: records in, a verdict and a sentence out.
 """
@@ -78,8 +78,10 @@ def _compare(saved: Ends, resumed: Ends) -> tuple[bool | None, str]:
             f"first step, as {zero_init} were before any training, where the saved state had {zero_saved}"
         )
     moved = zero_init - zero_saved
-    in_model = resumed.model_start[0] if resumed.model_start is not None else zero_saved
-    if in_model != zero_saved:
+    # more all-zero tensors in the model than in the optimizer's restored copies: untrained weights in the
+    # model. (Fewer is no sign: with data parallelism a rank's fp32 shard of a trained tensor can be all zero.)
+    in_model = resumed.model_start[0] if resumed.model_start is not None else zero_resumed
+    if in_model > zero_resumed:
         return False, (
             f"the model's own weights at the resumed run's first step were not the saved ones: {in_model} "
             f"tensors were all zero in the model, where the saved state had {zero_saved}; the optimizer's fp32 copy "

@@ -36,8 +36,8 @@ def unimported(file: ChangedFile, files: Sequence[ChangedFile]) -> str | None:
     """Why a module the change adds runs in no cell: nothing names it (no other changed file's added
     lines, nor the base tree where `--repo` could look), so nothing imports it. A model directory's new
     file is the family's (its rules run the family), and a package's `__init__` is imported with it.
-    With `--repo`, the same for an existing module of any directory that nothing names at the base (a
-    family's helper no module imports: Llama 4's chunking utilities)."""
+    With `--repo`, the same for an existing module of a family's directory that nothing names at the base
+    (a family's helper no module imports: Llama 4's chunking utilities; gitchanges._unnamed_module)."""
     if file.unnamed_module:  # an existing module, which nothing names at the base either (--repo)
         stem = (file.old_path or file.path).rsplit("/", 1)[-1].removesuffix(".py")
         return f"a module nothing imports: no other Bridge source names `{stem}` and verl imports no such module"
