@@ -137,6 +137,10 @@ def test_repo_mode_end_to_end(subproc, tmp_path: Path) -> None:
     run("config", "user.email", "ci@example.com")
     run("config", "user.name", "CI")
     (repo / "src/megatron/bridge/models/qwen_vl/qwen3_vl_provider.py").write_text("num_query_groups = 1\n")
+    # as in Bridge, the family's package imports its provider (a module nothing names loads in no cell)
+    (repo / "src/megatron/bridge/models/qwen_vl/__init__.py").write_text(
+        "from megatron.bridge.models.qwen_vl.qwen3_vl_provider import num_query_groups\n"
+    )
     run("add", "-A")
     run("commit", "-qm", "base")
     (repo / "src/megatron/bridge/models/qwen_vl/qwen3_vl_provider.py").write_text("num_query_groups = 2\n")
