@@ -138,9 +138,16 @@ start_batch() {
     local plain=() mamba=()
     mapfile -t plain < <(grep -v '^\s*\(#\|$\)' "$entries" | mamba_entries -v)
     mapfile -t mamba < <(grep -v '^\s*\(#\|$\)' "$entries" | mamba_entries)
-    if [ ${#plain[@]} -gt 0 ]; then bash "$repo/tools/parallel_runs.sh" "$work" "${plain[@]}"; fi
+    # the two groups overlap: the Mamba cells start once the build is done, beside what is left of the
+    # others (parallel_runs.sh counts the RAM the running cells hold when it starts, so the second group
+    # takes only the slots that fit; MAMBA_PARALLEL caps it further)
+    local others=""
+    if [ ${#plain[@]} -gt 0 ]; then bash "$repo/tools/parallel_runs.sh" "$work" "${plain[@]}" & others=$!; fi
     if [ -n "$build" ]; then wait "$build"; fi
-    if [ ${#mamba[@]} -gt 0 ]; then bash "$repo/tools/parallel_runs.sh" "$work" "${mamba[@]}"; fi
+    if [ ${#mamba[@]} -gt 0 ]; then
+      MAX_PARALLEL=${MAMBA_PARALLEL:-${MAX_PARALLEL:-6}} bash "$repo/tools/parallel_runs.sh" "$work" "${mamba[@]}"
+    fi
+    if [ -n "$others" ]; then wait "$others"; fi
     echo "BATCH DONE"
     date -u
   } > "$logs/batch.log" 2>&1
