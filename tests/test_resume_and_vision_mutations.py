@@ -1,11 +1,14 @@
 """The seventeenth batch's real runs (one H100, 2026-12-06), re-judged from their run dirs.
 
-`tests/fixtures/mutation-runs/` keeps four runs of `tools/parallel_runs.sh` on Bridge 067f987 (verl 1dda039,
+`tests/fixtures/mutation-runs/` keeps six runs of `tools/parallel_runs.sh` on Bridge 067f987 (verl 1dda039,
 Megatron-Core 0.19.2, the tiny models of `tools/make_tiny_model.py`):
 - `l1-qwen`: Level 1 on the tiny Qwen2, unmodified: the first real weight fingerprints of a save and a resume;
 - `l1-qwen-adapter-filter-inverted`: the same cell with `tools/mutate_bridge.py adapter-filter-inverted` (the
   PEFT checkpoint filter keeps the frozen weights instead of the adapters). The old probe fingerprinted only
   the optimizer's fp32 copies, which the optimizer's own checkpoint restores exactly, so the run passed;
+- `l1-qwen-b18` and `l1-qwen-adapter-filter-inverted-b18`: the same two cells in the eighteenth batch (one
+  H100, 2026-12-06), with the probe that also fingerprints the model at each process's first step: the
+  plain run passes and the mutation fails Level 1 as a checkpoint load;
 - `l4vlm-qwen25_vl-vision-embeds-dropped` and `l4vlm-qwen_vl-deepstack-dropped`: Level 4's VLM cell with a
   picture per prompt against two vision-path mutations, both caught by the rollout-vs-trainer check.
 """
@@ -81,6 +84,34 @@ def test_the_models_own_weights_at_the_resumed_step_decide(tmp_path: Path, in_mo
         assert "8 tensors were all zero in the model, where the saved state had 0" in resume.detail
     else:
         assert "restored and in the model itself, exactly" in resume.detail
+
+
+def test_the_eighteenth_batch_probe_reads_the_models_own_weights_at_each_resume(tmp_path: Path) -> None:
+    """The same Level 1 cell, unmodified, with the probe that fingerprints the model as well: every
+    process's first step (save and resume) recorded the model's all-zero count beside the optimizer's."""
+    run = _unpack("l1-qwen-b18", tmp_path)
+    updates = json.loads((run / "updates.json").read_text())
+    firsts = [r for r in updates["steps"] if "model_zero_before" in r]
+    assert {r["phase"] for r in firsts} == {"save", "resume"} and len(firsts) == 4
+    v = judge_run_dir(run)
+    resume = _check(v, "resume")
+    assert (v.result, resume.result) == ("Pass", "Pass"), resume.detail
+    assert resume.detail.count("restored and in the model itself, exactly") == 2
+
+
+def test_the_inverted_adapter_filter_now_fails_level_1_on_the_real_run(tmp_path: Path) -> None:
+    """The mutation that passed in the seventeenth batch, run again with the fixed probe: at the resumed
+    step the model still held LoRA's 8 fresh all-zero matrices per optimizer, while the optimizer's fp32
+    copies had none (they came back exactly), so the first resumed forward ran on untrained adapters."""
+    run = _unpack("l1-qwen-adapter-filter-inverted-b18", tmp_path)
+    updates = json.loads((run / "updates.json").read_text())
+    resumed = _resume_first_steps(updates)
+    assert [(r["model_zero_before"], r["zero_before"]) for r in resumed] == [(8, 0), (8, 0)]
+    v = judge_run_dir(run)
+    resume = _check(v, "resume")
+    assert (v.result, v.failure_class, resume.result) == ("Fail", "checkpoint_load", "Fail")
+    assert "8 tensors were all zero in the model, where the saved state had 0" in resume.detail
+    assert "checkpointing.py:apply_peft_adapter_filter_to_state_dict" in json.dumps(v.coverage)
 
 
 @pytest.mark.parametrize(

@@ -609,6 +609,27 @@ def test_gemma3_vlm_tower_has_as_many_patches_per_side_as_the_projector_pools_to
     assert patches // int(256**0.5) == 1
 
 
+def test_falcon_h1_normalises_after_the_gate_as_megatron_cores_mixer_asserts() -> None:
+    """Megatron-Core's Mamba mixer asserts `not norm_before_gate`; transformers' FalconH1Config defaults it on
+    (the eighteenth batch's Falcon-H1 cell stopped there, H100, 2026-12-06)."""
+    over, _ = mtm.shrink_overrides(
+        {"num_hidden_layers": 24, "hidden_size": 1024, "mamba_norm_before_gate": True},
+        1024,
+        architecture="FalconH1ForCausalLM",
+    )
+    assert over["mamba_norm_before_gate"] is False
+
+
+def test_nemotronh_level_0_model_is_the_dense_hybrid_with_a_block_of_each_kind() -> None:
+    """The family's model (Nemotron-H) mixes Mamba, MLP and attention blocks and no MoE: transformers'
+    default list holds an MoE block, whose experts vLLM 0.24 with LoRA names under `base_layer` (eighteenth
+    batch: KeyError 'layers.1.mixer.experts.0.up_proj.weight' at the first weight sync)."""
+    defaults = {"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"], "hidden_size": 2688}
+    over, _ = mtm.shrink_overrides(defaults, 1024, architecture="NemotronHForCausalLM")
+    kinds = over["layers_block_type"]
+    assert "moe" not in kinds and {"linear_attention", "full_attention", "mlp"} <= set(kinds)
+
+
 def test_the_release_names_vllm_and_bridge_read_are_in_the_built_configs(built: tuple[Path, dict[str, Any]]) -> None:
     """What stopped the tenth batch's cells in the tiny configs (H200, 2026-12-04), read off the built models."""
     from transformers import AutoTokenizer

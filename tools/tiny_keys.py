@@ -123,6 +123,15 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     # every Step-3.7 model, even one whose layers are all full attention (as the default's are): any
     # window will do, and 512 keeps it inside the 2048 positions
     "Step3p7ForConditionalGeneration": {"text_config": {"sliding_window": 512}},
+    # Megatron-Core's Mamba mixer asserts norm_before_gate is off (mamba_mixer.py: its gated RMSNorm
+    # normalises after the gate), as the Falcon-H1 releases set it; transformers' default turns it on
+    "FalconH1ForCausalLM": {"mamba_norm_before_gate": False},
+    # transformers 5.17's default layer list puts an MoE block in the main stack (Nemotron-3's shape); the
+    # family's Level 0 model is the dense Nemotron-H (Mamba, MLP and attention blocks), and vLLM 0.24 with
+    # LoRA on names MoE experts under `base_layer`, which verl's weight sync does not send (KeyError
+    # 'layers.1.mixer.experts.0.up_proj.weight', eighteenth batch). Written as the list transformers reads;
+    # the MTP block keeps its default
+    "NemotronHForCausalLM": {"layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"]},
     # Gemma 3's projector pools the tower's patches per side down to sqrt(mm_tokens_per_image) = 16 per
     # side: transformers' default tower (224 px, 16 px patches) has 14, a pooling kernel of 14 // 16 = 0
     # ("RuntimeError: integer out of range" in vLLM's gemma3_mm, H200, 2026-12-04); the release's 14 px
