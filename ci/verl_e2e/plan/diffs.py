@@ -22,6 +22,7 @@ from verl_e2e.plan.hunks import Found, HunkSides
 from verl_e2e.plan.importlines import ImportLines
 from verl_e2e.plan.methods import ClassParts
 from verl_e2e.plan.prose import GoneDefinitions, Prose
+from verl_e2e.plan.recorded import Sides
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
@@ -52,6 +53,7 @@ class FileDiff:
     found: Found = field(default_factory=Found)  # layout conditions and logging calls the hunks show
     old_blob: str | None = None  # the base file's git blob id (abbreviated as the `index` line gives it)
     anchors: Anchors = field(default_factory=Anchors)  # base lines that stand for the change (anchors.py)
+    sides: Sides = field(default_factory=Sides)  # the hunks' text on both sides (recorded.py locates it)
     raw: list[str] = field(default_factory=list)  # a deleted or added file's whole text (moves.py)
     classes: ClassParts = field(default_factory=ClassParts)  # class body or unnamed method (methods.py)
     imports: ImportLines = field(default_factory=lambda: ImportLines(""))  # changed import lines (importlines.py)
@@ -140,6 +142,7 @@ class _Reader:
         if self.current is not None:
             self.sides.finish(self.current.found)
             self.current.anchors.finish()
+            self.current.sides.finish()
 
     def hunk(self, m: re.Match[str]) -> None:
         assert self.current is not None
@@ -216,6 +219,7 @@ class _Reader:
         assert cur is not None
         self.sides.add(tag, text, self.new_no if tag == "+" else self.old_no)
         cur.anchors.see(tag, text, self.old_no)
+        cur.sides.see(tag, text, self.old_no, self.new_no)
         prose = self.prose.see(tag, text, self.old_no, self.new_no)
         imported = not prose and cur.imports.see(tag, text, self.new_no if tag == "+" else self.old_no)
         cur.classes.see(" " if imported else tag, text, prose)  # an import line is judged apart

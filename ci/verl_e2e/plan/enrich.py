@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from verl_e2e.config.aspects import code_lines
-from verl_e2e.plan import additions, bodies, conditions, fields, flows, kindconds, pyparse, users
+from verl_e2e.plan import additions, bodies, conditions, fields, flows, kindconds, pyparse, recorded, users
 from verl_e2e.plan.anchors import whole_statements
 from verl_e2e.plan.branches import from_source
 from verl_e2e.plan.changes import ChangedFile
@@ -80,7 +80,20 @@ def with_diff(files: Sequence[ChangedFile], diffs: Mapping[str, FileDiff]) -> li
                 new_definitions=d.found.additions.definitions if d.status == "M" and d.path.endswith(".py") else None,
             )
         )
+        out[-1] = _located(out[-1], d)
     return out
+
+
+def _located(f: ChangedFile, d: FileDiff) -> ChangedFile:
+    """A modified Python file whose hunks are found in the recorded commit's text gets the defs around its
+    change from there (recorded.py), as a checkout's ASTs would give them; otherwise it stays as is."""
+    if f.status != "M" or not f.path.endswith(".py"):
+        return f
+    found = recorded.locate(f.old_path or f.path, d.sides, f.base_lines, d.imports.quiet_lines())
+    if found is None:
+        return f
+    module = found.outside_defs or d.imports.loud or d.classes.module_code
+    return replace(f, functions=found.functions, scopes=found.scopes, module_level=module)
 
 
 def with_ast_scopes(

@@ -1,0 +1,166 @@
+"""A diff alone gets the functions a change sits in from the recorded commit's line index (plan/recorded.py),
+as a checkout's ASTs would give them, and stays as the diff describes it where the text does not match.
+
+The index here is written by tools/build_line_index.py's own functions from a small stand-in module shaped
+like Bridge's export code (a class whose methods git's hunk header cannot name); the shipped index is checked
+for the commit and format the planner expects."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from verl_e2e.plan import enrich, recorded
+from verl_e2e.plan.diffs import parse_unified_diff
+
+ROOT = Path(__file__).resolve().parents[1]
+PATH = "src/megatron/bridge/models/conversion/model_bridge.py"
+
+RECORDED = '''"""Stand-in for a Bridge conversion module."""
+
+import torch
+
+
+class ModelBridge:
+    """Moves weights between HF and Megatron names."""
+
+    def load_weights_hf_to_megatron(self, model, hf):
+        for name, tensor in hf.items():
+            target = self.lookup(name)
+            target.copy_(tensor)
+        return model
+
+    def stream_weights_megatron_to_hf(self, model):
+        for name, param in model.named_parameters():
+            converted = self.convert(name, param)
+            if converted is None:
+                continue
+            yield name, converted
+
+    def convert(self, name, param):
+        return param.detach()
+'''
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_line_index", ROOT / "tools/build_line_index.py")
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    tool = _tool()
+    entry = {
+        "blob": "0" * 40,
+        "hashes": "".join(tool.line_hash(t) for t in RECORDED.split("\n")),
+        "spans": tool.spans(RECORDED),
+    }
+    path = tmp_path / "lines.json"
+    path.write_text(json.dumps({"schema_version": 1, "files": {PATH: entry}}))
+    monkeypatch.setattr(recorded, "INDEX", path)
+    recorded._index.cache_clear()
+    recorded._file.cache_clear()
+    yield path
+    recorded._index.cache_clear()
+    recorded._file.cache_clear()
+
+
+def _diff(old_start: int, body: str) -> str:
+    lines = body.strip("\n").split("\n")
+    old = sum(1 for x in lines if x[:1] in " -")
+    new = sum(1 for x in lines if x[:1] in " +")
+    return (
+        f"diff --git a/{PATH} b/{PATH}\nindex 1111111..2222222 100644\n--- a/{PATH}\n+++ b/{PATH}\n"
+        f"@@ -{old_start},{old} +{old_start},{new} @@ class ModelBridge:\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _changed(diff: str) -> enrich.ChangedFile:
+    diffs = parse_unified_diff(diff)
+    (file,) = enrich.with_diff(enrich.files_from_diff(diffs), diffs)
+    return file
+
+
+# the export loop's `if converted is None` test rewritten, in a base where the file sits 5 lines lower
+# than in the recorded commit (something above it grew): the hunk header names only the class
+AFTER = """     def stream_weights_megatron_to_hf(self, model):
+         for name, param in model.named_parameters():
+             converted = self.convert(name, param)
+-            if converted is None:
++            if converted is None or not name:
+                 continue
+             yield name, converted
+"""
+
+
+def test_a_hunk_found_in_the_recorded_text_at_an_offset_gets_its_method(index: Path) -> None:
+    file = _changed(_diff(15 + 5, AFTER))
+    assert file.functions == ("ModelBridge.stream_weights_megatron_to_hf",)
+    assert file.scopes == ("ModelBridge", "stream_weights_megatron_to_hf")
+    assert file.module_level is False
+
+
+def test_a_pr_the_recorded_commit_already_holds_is_located_by_its_new_side(index: Path) -> None:
+    """An older PR: its removed line is gone from the recorded text, its added line is there."""
+    older = AFTER.replace("-            if converted is None:", "-            if not converted:").replace(
+        "+            if converted is None or not name:", "+            if converted is None:"
+    )
+    file = _changed(_diff(15, older))
+    assert file.functions == ("ModelBridge.stream_weights_megatron_to_hf",)
+
+
+def test_a_hunk_whose_text_is_not_in_the_recorded_commit_keeps_the_diffs_own_reading(index: Path) -> None:
+    other = """     def save(self, path):
+         state = self.state()
+-        torch.save(state, path)
++        torch.save(state, path, pickle_protocol=4)
+         return path
+"""
+    file = _changed(_diff(40, other))
+    assert file.functions is None and set(file.scopes) == {"save", "ModelBridge"}  # the hunk text's own names
+
+
+def test_an_added_def_is_not_placed_by_the_old_sides_neighbour(index: Path) -> None:
+    """A new method's lines belong to the new method, which the recorded text lacks: no location."""
+    added = """         return param.detach()
++
++    def convert_bias(self, name, bias):
++        return bias.detach()
+"""
+    file = _changed(_diff(23, added))
+    assert file.functions is None
+
+
+def test_a_change_at_module_level_is_module_code(index: Path) -> None:
+    blank = " "  # a blank context line, as git prints it
+    header = "\n".join(
+        [
+            ' """Stand-in for a Bridge conversion module."""',
+            blank,
+            "-import torch",
+            "+import torch  # noqa: F401",
+            blank,
+            blank,
+            " class ModelBridge:",
+        ]
+    )
+    file = _changed(_diff(1, header))
+    assert file.functions == () and file.module_level is True
+
+
+def test_the_shipped_index_is_of_the_commit_the_surface_and_records_describe() -> None:
+    data = json.loads((ROOT / "ci/verl_e2e/data/lines.json").read_text())
+    surface = json.loads((ROOT / "ci/verl_e2e/data/surface.json").read_text())
+    assert data["bridge_commit"] == surface["bridge_commit"] and data["hash_hex"] == recorded.WIDTH
+    for path, entry in data["files"].items():
+        assert path.startswith("src/") and len(entry["hashes"]) % recorded.WIDTH == 0
+        assert [s[0] for s in entry["spans"]] == sorted(s[0] for s in entry["spans"])
+    assert "src/megatron/bridge/models/conversion/model_bridge.py" in data["files"]
