@@ -3,7 +3,8 @@ as a checkout's ASTs would give them, and stays as the diff describes it where t
 
 The index here is written by tools/build_line_index.py's own functions from a small stand-in module shaped
 like Bridge's export code (a class whose methods git's hunk header cannot name); the shipped index is checked
-for the commit and format the planner expects."""
+for the commit and format the planner expects. Last, a MoE family's file whose import lines alone changed (a
+directory restructure) runs no Level 4 variant (plan/architecture.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ from types import ModuleType
 
 import pytest
 
+from verl_e2e.config.matrix import Matrix
 from verl_e2e.plan import enrich, recorded
+from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.diffs import parse_unified_diff
+
+from .unified_diffs import one_hunk
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH = "src/megatron/bridge/models/conversion/model_bridge.py"
@@ -74,13 +79,7 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def _diff(old_start: int, body: str) -> str:
-    lines = body.strip("\n").split("\n")
-    old = sum(1 for x in lines if x[:1] in " -")
-    new = sum(1 for x in lines if x[:1] in " +")
-    return (
-        f"diff --git a/{PATH} b/{PATH}\nindex 1111111..2222222 100644\n--- a/{PATH}\n+++ b/{PATH}\n"
-        f"@@ -{old_start},{old} +{old_start},{new} @@ class ModelBridge:\n" + "\n".join(lines) + "\n"
-    )
+    return one_hunk(PATH, "class ModelBridge:", body.strip("\n").split("\n"), old_start)
 
 
 def _changed(diff: str) -> enrich.ChangedFile:
@@ -164,3 +163,25 @@ def test_the_shipped_index_is_of_the_commit_the_surface_and_records_describe() -
         assert path.startswith("src/") and len(entry["hashes"]) % recorded.WIDTH == 0
         assert [s[0] for s in entry["spans"]] == sorted(s[0] for s in entry["spans"])
     assert "src/megatron/bridge/models/conversion/model_bridge.py" in data["files"]
+
+
+NEMOTRON_H = "src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py"
+
+
+def _plan_levels(matrix: Matrix, tmp_path: Path, lines: list[str], status: str = "M") -> dict[int, set[str]]:
+    (tmp_path / "d.diff").write_text(one_hunk(NEMOTRON_H, "", lines, 15), encoding="utf-8")
+    (tmp_path / "f.txt").write_text(f"{status}\t{NEMOTRON_H}\n", encoding="utf-8")
+    plan = make_plan(PlanRequest(changed_files=str(tmp_path / "f.txt"), diff=str(tmp_path / "d.diff")), matrix)
+    return {lv: {r.rule for r in rs} for lv, rs in plan.selection.reasons.items()}
+
+
+def test_a_family_file_whose_imports_alone_changed_runs_no_architecture_variant(matrix: Matrix, tmp_path: Path) -> None:
+    """A directory restructure rewrites a MoE family's imports: Level 0 imports and builds the model; the
+    family's Level 4 variant would run the same MoE code as before."""
+    moved = ["-from megatron.bridge.models.mamba.nemotron_h_provider import NemotronHModelProvider"]
+    moved += ["+from megatron.bridge.models.nemotronh.nemotron_h_provider import NemotronHModelProvider"]
+    levels = _plan_levels(matrix, tmp_path, moved)
+    assert 0 in levels and "architecture" not in levels.get(4, set())
+    code = ["         provider.moe_router_topk = hf_config.num_experts_per_tok"]
+    code += ["-        provider.moe_grouped_gemm = True", "+        provider.moe_grouped_gemm = False"]
+    assert "architecture" in _plan_levels(matrix, tmp_path, code).get(4, set())

@@ -199,10 +199,10 @@ class _Scan:
                 self.fams.no_family(path, file, rule.levels)
                 selected = True
             for fam in targets:
-                selected |= self._fire(rule, path, fam, changed=rule.family == "changed")
+                selected |= self._fire(rule, path, fam, file, changed=rule.family == "changed")
         return selected
 
-    def _fire(self, rule: Rule, path: str, fam: str, changed: bool) -> bool:
+    def _fire(self, rule: Rule, path: str, fam: str, file: ChangedFile, changed: bool) -> bool:
         flags: set[str] = set()
         if changed and family_dir(path) is not None:
             flags = active_flags(self.matrix.families[fam], (relative(path),))
@@ -212,7 +212,7 @@ class _Scan:
         for level in sorted(rule.levels):
             self.col.add(level, fam, kinds, (rule.name, rule.why), path)
         if changed and flags:
-            architecture.variant(self.matrix, self.col, fam, flags, path)
+            architecture.variant(self.matrix, self.col, fam, flags, path, file)
         return True
 
 
