@@ -197,6 +197,17 @@ def test_a_method_of_a_config_class_no_cell_builds_selects_nothing(matrix: Matri
     assert built.levels == (0,)
 
 
+def test_the_body_of_a_config_class_no_cell_builds_is_no_evidence_for_a_change_beside_it(matrix: Matrix) -> None:
+    """A new field and the methods that read it (dev PR #3364's kind: `MixedPrecisionConfig`): the class
+    body ran when verl imported the module; no cell built the class, so no recorded run selects a level."""
+    file = ChangedFile(CONFIG, diff_lines=("    fp4_param_gather: bool = False", "        if self.fp4_param_gather:"),
+                       module_level=False, functions=("MixedPrecisionConfig", "MixedPrecisionConfig.finalize"))  # fmt: skip
+    imported = select(matrix, [file], ran=[_record("MixedPrecisionConfig", "LoggerConfig.finalize")])
+    assert all(r.rule != "executed" for rs in imported.reasons.values() for r in rs), imported.reasons
+    built = select(matrix, [file], ran=[_record("MixedPrecisionConfig", "MixedPrecisionConfig.__post_init__")])
+    assert any(r.rule == "executed" for r in built.reasons.get(0, []))
+
+
 CONTAINER_DIFF = "\n".join(
     [
         "diff --git a/src/megatron/bridge/training/config.py b/src/megatron/bridge/training/config.py",

@@ -19,7 +19,7 @@ from verl_e2e.plan.targets import family_dir
 _IMPORT = re.compile(r"\s*(from\s+[\w.]+\s+import\s|import\s)")
 
 
-def variant(matrix: Matrix, col: Collector, fam: str, flags: set[str], path: str, file: ChangedFile) -> None:
+def variant(matrix: Matrix, col: Collector, fam: str, flags: set[str], path: str, *, file: ChangedFile) -> None:
     """A change to a MoE/VLM/MTP family's own model files runs its Level 4 variant. Not an __init__ (it
     only re-exports), nor a file of another family's directory (a base bridge the family subclasses):
     it runs there too, but the family's MoE, vision or MTP parts are in its own files. Nor a change that

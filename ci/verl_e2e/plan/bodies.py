@@ -140,3 +140,13 @@ def _unbuilt_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> str | None
         f"the change is inside methods of {named}; the recorded cells import this module but none builds "
         f"{'those classes' if len(classes) > 1 else named} (none ran one of its methods), so no cell runs the change"
     )
+
+
+def unbuilt_config_body(qualname: str, file: ChangedFile, ran: Sequence[Ran]) -> bool:
+    """A recorded run of a settings class's body (`MixedPrecisionConfig`) is the import that defined the
+    class, not a cell that built it: where no recorded cell ran one of its methods, verl imports Bridge's
+    own training-loop settings and never constructs them, and the body's run proves nothing about the
+    change. Model code is built per family (only some are recorded), so it is not judged so."""
+    if "." in qualname or not qualname.endswith(_CONFIGS) or file.path.startswith(MODELS):
+        return False
+    return not any(q.startswith(f"{qualname}.") for r in ran for p in file.paths for q in r.functions.get(p, ()))

@@ -212,7 +212,7 @@ class _Scan:
         for level in sorted(rule.levels):
             self.col.add(level, fam, kinds, (rule.name, rule.why), path)
         if changed and flags:
-            architecture.variant(self.matrix, self.col, fam, flags, path, file)
+            architecture.variant(self.matrix, self.col, fam, flags, path, file=file)
         return True
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from verl_e2e.config.aspects import Hit, code_lines
 from verl_e2e.config.matrix import Level, Matrix
-from verl_e2e.plan import branch_levels, layout, onerank, retests
+from verl_e2e.plan import bodies, branch_levels, layout, onerank, retests
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.layout import CellLayout
 from verl_e2e.plan.runtime import Ran, every_line_ran, executed
@@ -37,6 +37,7 @@ def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran
             unnamed_methods=unnamed,
         )
     ]
+    hits = [h for h in hits if not bodies.unbuilt_config_body(h[1], file, ran)]
     base = file.old_path or file.path
     if not file.base_lines or any(r.ran_lines(base, file.old_blob) is not None for r, _ in hits):
         return hits, None  # no lines to compare, or a cell that recorded its lines took the change's
