@@ -16,6 +16,7 @@ from verl_e2e.plan.bodies import owners
 from verl_e2e.plan.changes import ChangedFile
 from verl_e2e.plan.diffs import parse_unified_diff
 from verl_e2e.plan.enrich import with_ast_scopes, with_diff
+from verl_e2e.plan.fields import ChangedDefault
 from verl_e2e.plan.quiet import log_only_change
 from verl_e2e.plan.runtime import Ran
 from verl_e2e.plan.select import select
@@ -200,12 +201,17 @@ def test_a_method_of_a_config_class_no_cell_builds_selects_nothing(matrix: Matri
 def test_the_body_of_a_config_class_no_cell_builds_is_no_evidence_for_a_change_beside_it(matrix: Matrix) -> None:
     """A new field and the methods that read it (dev PR #3364's kind: `MixedPrecisionConfig`): the class
     body ran when verl imported the module; no cell built the class, so no recorded run selects a level."""
+    field = ChangedDefault(CONFIG, 40, "MixedPrecisionConfig", "fp4_param_gather", "False")
     file = ChangedFile(CONFIG, diff_lines=("    fp4_param_gather: bool = False", "        if self.fp4_param_gather:"),
-                       module_level=False, functions=("MixedPrecisionConfig", "MixedPrecisionConfig.finalize"))  # fmt: skip
+                       module_level=False, functions=("MixedPrecisionConfig", "MixedPrecisionConfig.finalize"),
+                       defaults=(field,))  # fmt: skip
     imported = select(matrix, [file], ran=[_record("MixedPrecisionConfig", "LoggerConfig.finalize")])
     assert all(r.rule != "executed" for rs in imported.reasons.values() for r in rs), imported.reasons
     built = select(matrix, [file], ran=[_record("MixedPrecisionConfig", "MixedPrecisionConfig.__post_init__")])
     assert any(r.rule == "executed" for r in built.reasons.get(0, []))
+    called = replace(file, defaults=(replace(field, value="os.environ.get('FP4', False)"),))  # runs at import
+    imported = select(matrix, [called], ran=[_record("MixedPrecisionConfig", "LoggerConfig.finalize")])
+    assert any(r.rule == "executed" for r in imported.reasons.get(0, []))
 
 
 CONTAINER_DIFF = "\n".join(

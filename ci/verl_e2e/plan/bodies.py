@@ -144,9 +144,14 @@ def _unbuilt_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> str | None
 
 def unbuilt_config_body(qualname: str, file: ChangedFile, ran: Sequence[Ran]) -> bool:
     """A recorded run of a settings class's body (`MixedPrecisionConfig`) is the import that defined the
-    class, not a cell that built it: where no recorded cell ran one of its methods, verl imports Bridge's
-    own training-loop settings and never constructs them, and the body's run proves nothing about the
-    change. Model code is built per family (only some are recorded), so it is not judged so."""
+    class, not a cell that built it. Where the change sets that class's fields to plain values (a new field
+    and the method that reads it) and no recorded cell ran one of its methods, verl imports Bridge's own
+    training-loop settings and never constructs them: the body's run proves nothing about the change.
+    A body change of another kind runs at import and stays evidence; model code is built per family (only
+    some are recorded), so it is not judged so."""
     if "." in qualname or not qualname.endswith(_CONFIGS) or file.path.startswith(MODELS):
         return False
+    fields = [d for d in file.defaults if d.owner == qualname]
+    if not fields or any(d.value is not None and "(" in d.value for d in fields):
+        return False  # what the body's change does is not known to be a plain value: it ran at import
     return not any(q.startswith(f"{qualname}.") for r in ran for p in file.paths for q in r.functions.get(p, ()))
