@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -25,6 +27,15 @@ def _shared() -> Path:
 
 
 SHARED = _shared()
+
+
+def load_tool(name: str) -> ModuleType:
+    """One of tools/*.py as a module (the tools are scripts, not a package), for tests of its functions."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def engine_missing(reason: str) -> None:

@@ -9,7 +9,6 @@ ran the trainer's weights, the family's own bridge executed).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import tarfile
@@ -20,17 +19,15 @@ import pytest
 
 from verl_e2e.judge.judging import judge_run_dir
 
+from .conftest import load_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 ARCHIVES = sorted((ROOT / "tests/fixtures/family-runs").glob("*.tar.xz"))
 FAMILIES = [a.name.removesuffix(".tar.xz") for a in ARCHIVES]
 
 
 def _table_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("family_table", ROOT / "tools/family_table.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("family_table")
 
 
 @pytest.mark.parametrize("archive", ARCHIVES, ids=FAMILIES)

@@ -8,11 +8,9 @@ directory restructure) runs no Level 4 variant (plan/architecture.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -21,6 +19,7 @@ from verl_e2e.plan import enrich, recorded
 from verl_e2e.plan.build import PlanRequest, make_plan
 from verl_e2e.plan.diffs import parse_unified_diff
 
+from .conftest import load_tool
 from .unified_diffs import one_hunk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,17 +51,9 @@ class ModelBridge:
 '''
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_line_index", ROOT / "tools/build_line_index.py")
-    assert spec and spec.loader
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    tool = _tool()
+    tool = load_tool("build_line_index")
     entry = {
         "blob": "0" * 40,
         "hashes": "".join(tool.line_hash(t) for t in RECORDED.split("\n")),
