@@ -89,6 +89,15 @@ EXPECTED = {
     "qwen35_vl_moe.cannot_run": ("cannot_run", "Fail", "rollout_weights", "ran other weights than the trainer"),
     # Bridge's ERNIE-4.5-VL forward passes verl's absent mm_token_type_ids to transformers' rope index
     "ernie_vl.cannot_run": ("cannot_run", "Fail", "runtime", "TypeError: 'NoneType' object is not subscriptable"),
+    # vLLM with LoRA wraps the Mamba mixer's out_proj; verl sends the plain name
+    "falcon_h1": ("merged_lora", "Fail", "runtime", "KeyError: 'layers.0.mamba.mamba.out_proj.weight'"),
+    # merged, Bridge's Falcon-H1 forward refuses the packed_seq_params verl's model engine passes
+    "falcon_h1.cannot_run": (
+        "cannot_run",
+        "Fail",
+        "runtime",
+        "got an unexpected keyword argument 'packed_seq_params'",
+    ),
     # the pinned vLLM and transformers do not import Mistral 3's vision module together
     "ministral3": ("cannot_run", "Blocked", "setup", "cannot import name 'PixtralRotaryEmbedding'"),
 }

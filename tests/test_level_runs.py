@@ -34,6 +34,10 @@ PASSING = {  # archive -> (level, family, checks that must be Pass beside the tw
     "l1-qwen_vl": (1, "qwen_vl", ("saves", "resume")),
     "l3-qwen": (3, "qwen", ()),  # full-parameter, as the variant now runs
     "l4mtp-hy_v3": (4, "hy_v3", ("mtp_trained",)),  # merged adapters, the MTP key num_nextn_predict_layers
+    # the nineteenth batch (one H100, 2026-12-06): save and resume through the Mamba mixer's state
+    "l1-nemotronh": (1, "nemotronh", ("saves", "resume")),
+    # the mamba family's Level 0 on the tiny Nemotron-H: a Pass, but not of its own code (below)
+    "l0-mamba": (0, "mamba", ()),
 }
 
 
@@ -119,3 +123,15 @@ def test_lora_under_megatron_fsdp_stops_where_the_level_3_limitation_says(tmp_pa
     said = " ".join(variant.limitations)
     assert phrase in said and "level-runs/l3-qwen-lora.tar.xz" in said
     assert variant.env["LORA_RANK"] == "0"
+
+
+def test_the_mamba_familys_cell_runs_no_method_of_its_own_directory(tmp_path: Path) -> None:
+    """models/mamba/ holds backward-compatible wrappers of models/hybrid/ that no bridge builds through:
+    the mamba family's cell (Nemotron-H, as the only model with Mamba layers) ran hybrid/'s provider and
+    nemotronh/'s bridge, and of mamba/ only module and class-body code. So the kept run is not counted as
+    the family's own pass, and its record is what tells selection that a mamba/ method runs in no cell."""
+    records = json.loads((_unpack("l0-mamba", tmp_path) / "bridge-functions.json").read_text())
+    ran = {(f["file"].split("/models/")[-1].split("/")[0], f["qualname"]) for f in records["functions"]}
+    own = {q for d, q in ran if d == "mamba"}
+    assert own and all("." not in q for q in own), sorted(own)  # `<module>` and class bodies only
+    assert ("hybrid", "HybridModelProvider.provide") in ran and ("nemotronh", "NemotronHBridge.provider_bridge") in ran
