@@ -112,6 +112,20 @@ def test_diff_condition_decides_when_the_diff_is_known(matrix: Matrix) -> None:
     assert 2 not in select(matrix, [ChangedFile(dense, diff_lines=("    rotary_base = 5e5",))]).levels
 
 
+def test_a_lockfile_without_its_diff_is_read_from_the_declared_pins_beside_it(matrix: Matrix) -> None:
+    """GitHub leaves uv.lock's diff out; beside pyproject.toml's known diff, the lock is that change's refresh."""
+    lock = ChangedFile("uv.lock")  # path only, as a pull request's large lockfile arrives
+    other_pin = ChangedFile("pyproject.toml", diff_lines=('    "wandb>=0.25.0",', '    "wandb==0.27.2",'))
+    core_pin = ChangedFile(
+        "pyproject.toml", diff_lines=('    "transformers>=5.0.0,<=5.6.0",', '    "transformers>=5.5.0,<=5.6.0",')
+    )
+    assert select(matrix, [other_pin, lock]).levels == ()
+    assert select(matrix, [core_pin, lock]).levels == (0,)
+    assert select(matrix, [lock]).levels == (0,)  # alone, nothing says what moved
+    # a declaration whose diff is unknown too says nothing either
+    assert select(matrix, [ChangedFile("pyproject.toml"), lock]).levels == (0,)
+
+
 def test_undecided_rules_are_explained(matrix: Matrix) -> None:
     selection = select(matrix, [ChangedFile("src/megatron/bridge/training/checkpointing.py")])
     assert "checkpointing needs the diff to decide (plan with --diff or --repo)" in selection.skipped[1]

@@ -29,6 +29,7 @@ from verl_e2e.plan import (
     onerank,
     overrides,
     quiet,
+    refresh,
     retests,
     unrun,
 )
@@ -46,7 +47,7 @@ LORA = "lora"  # a target kind marker: the change is to LoRA code, so its custom
 __all__ = ["Reason", "Selection", "family_dir", "select"]
 
 
-def _diff_says(rule: Rule, file: ChangedFile, ran: Sequence[Ran] = ()) -> tuple[bool, bool]:
+def _diff_says(rule: Rule, file: ChangedFile, ran: Sequence[Ran], files: Sequence[ChangedFile]) -> tuple[bool, bool]:
     """(fires, undecided): undecided means the rule needed the diff and it was not known.
 
     `unless_only_in` and `unless_ran_at` need the exact functions (both ASTs, `plan --repo`): with a
@@ -61,8 +62,9 @@ def _diff_says(rule: Rule, file: ChangedFile, ran: Sequence[Ran] = ()) -> tuple[
         return False, False
     if rule.diff is None:
         return True, False
-    if file.diff_lines is None:
-        return rule.when_no_diff == "match", rule.when_no_diff == "skip"
+    if file.diff_lines is None:  # a lockfile's refresh of declared pins that moved none of the rule's packages
+        fires = rule.when_no_diff == "match" and not refresh.follows_declarations(rule, file, files)
+        return fires, rule.when_no_diff == "skip"
     return any(rule.diff.search(line) for line in file.diff_lines), False
 
 
@@ -70,7 +72,7 @@ class _Scan:
     """One pass of the matrix's escalations, ignore lists, rules and aspects over the changed files."""
 
     def __init__(self, matrix: Matrix, files: Sequence[ChangedFile], surface: Surface | None, ran: Sequence[Ran]):
-        self.matrix, self.surface, self.ran = matrix, surface, ran
+        self.matrix, self.surface, self.ran, self.files = matrix, surface, ran, files
         self.col = Collector()
         self.fams = Targets(matrix)
         self.found = Findings(changed=len(files))
@@ -186,7 +188,7 @@ class _Scan:
         matched = [p for p in file.paths if rule.paths.matches(p)]
         if not matched:
             return False
-        fires, needs_diff = _diff_says(rule, file, self.ran)
+        fires, needs_diff = _diff_says(rule, file, self.ran, self.files)
         if needs_diff:
             for level in rule.levels:
                 self.found.undecided[level].add(rule.name)
