@@ -192,3 +192,58 @@ def test_an_existing_module_nothing_names_runs_in_no_cell_where_the_tree_shows_i
     alone = select(matrix, [by["src/megatron/bridge/models/llama/llama4_utils.py"]], ran=runtime.shipped())
     assert alone.levels == ()
     assert any("llama4_utils" in n and "nothing imports" in n for n in alone.unexecuted), alone.unexecuted
+
+
+# a multimodal provider package added under a directory name a later Bridge gave to Xiaomi's MiMo family
+MIMO = "src/megatron/bridge/models/mimo"
+MIMO_INIT = "from megatron.bridge.models.mimo.mimo_provider import MimoModelProvider\n"
+MIMO_PROVIDER = (
+    "@dataclass\nclass MimoModelProvider(ModelProviderMixin):\n    use_megatron_fsdp: bool = False\n"
+    "    def provide(self, pre_process=None):\n        cfg = TransformerConfig(num_query_groups=3)\n"
+    "        return MimoModel(cfg, ModuleSpec(module=GPTModel))\n"
+)
+TYPED_ONLY = (
+    "@@ -37,2 +37,3 @@\n from megatron.bridge.models import GPTModelProvider\n"
+    "+from megatron.bridge.models.mimo.mimo_provider import MimoModelProvider\n from megatron.bridge.peft.base import PEFT\n"
+    "@@ -1348,2 +1349,2 @@ class ConfigContainer(Container):\n"
+    "-    model: GPTModelProvider | T5ModelProvider\n+    model: GPTModelProvider | T5ModelProvider | MimoModelProvider\n"
+    "     optimizer: OptimizerConfig\n"
+)
+
+
+def _mimo_change(provider: str = MIMO_PROVIDER, config: str = TYPED_ONLY) -> list[ChangedFile]:
+    return [
+        _added(f"{MIMO}/__init__.py", MIMO_INIT),
+        _added(f"{MIMO}/mimo_provider.py", provider),
+        _file("src/megatron/bridge/training/config.py", config),
+    ]
+
+
+def test_a_model_directory_the_change_creates_without_a_bridge_runs_only_its_import(matrix: Matrix) -> None:
+    """No register_bridge in the new package: AutoBridge builds it for no checkpoint, whatever its words
+    (FSDP, query groups, layer specs) say, and the matrix's mimo family (Xiaomi's) would build other code."""
+    plan = select(matrix, _mimo_change(), surface=surface.shipped(), ran=runtime.shipped())
+    assert plan.levels == (0,) and set(plan.targets[0]) == {"qwen"}  # the import config.py adds
+    assert all(
+        "registers no bridge" in plan.off_surface[f"{MIMO}/{name}"] for name in ("__init__.py", "mimo_provider.py")
+    )
+
+
+def test_a_new_directory_that_registers_a_bridge_or_is_called_is_planned(matrix: Matrix) -> None:
+    registered = MIMO_PROVIDER.replace("@dataclass\n", "@MegatronModelBridge.register_bridge(source=MiMoForCausalLM)\n")
+    plan = select(matrix, _mimo_change(registered), surface=surface.shipped(), ran=runtime.shipped())
+    assert {0, 4} <= set(plan.levels) and "mimo" in plan.targets[0]
+    called = TYPED_ONLY.replace(
+        "     optimizer: OptimizerConfig\n", "+    extra = MimoModelProvider()\n     optimizer: OptimizerConfig\n"
+    )
+    called = called.replace("@@ -1348,2 +1349,2 @@", "@@ -1348,2 +1349,3 @@")
+    plan = select(matrix, _mimo_change(config=called), surface=surface.shipped(), ran=runtime.shipped())
+    assert not any("registers no bridge" in why for why in plan.off_surface.values())
+
+
+def test_an_added_file_is_never_one_a_record_ran(matrix: Matrix) -> None:
+    """The shipped records (Bridge 067f987) ran a models/mimo/__init__.py; a change adding one at its own
+    base added other code, so that record does not select Xiaomi's MiMo cell for it."""
+    from verl_e2e.plan import unrun
+
+    assert unrun.recorded_hits(runtime.shipped(), _added(f"{MIMO}/__init__.py", MIMO_INIT)) == ([], None)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from verl_e2e.config.matrix import Matrix
 from verl_e2e.plan.changes import ChangedFile
+from verl_e2e.plan.surface import MODELS
 from verl_e2e.plan.targets import SHARED_DIRS, family_dir
 
 
@@ -53,6 +54,38 @@ def unimported(file: ChangedFile, files: Sequence[ChangedFile]) -> str | None:
         if other is not file and (other.diff_lines is None or any(word.search(line) for line in _added(other))):
             return None
     return f"a new module nothing imports: no changed file names `{stem}`, so no cell loads it"
+
+
+def unregistered_directory(file: ChangedFile, files: Sequence[ChangedFile]) -> str | None:
+    """Why a model directory the change creates runs in no cell: no file of it registers a bridge, so
+    AutoBridge picks it for no checkpoint, and no other changed file calls what it defines (an import or
+    a type annotation naming it only loads it; those lines are judged where they are). The directory is
+    new when its `__init__.py` is added: a family of the same name in matrix.yaml is then another code's
+    (a later Bridge reused the name), and its cells would build nothing of this. A file whose diff is
+    unknown leaves it undecided (None)."""
+    where = family_dir(file.path)
+    if file.status != "A" or where in (None, *SHARED_DIRS) or not file.path.endswith(".py"):
+        return None
+    prefix = f"{MODELS}{where}/"
+    own = [f for f in files if f.path.startswith(prefix)]
+    if not any(f.path == f"{prefix}__init__.py" and f.status == "A" for f in own):
+        return None  # an existing directory: its bridges may import the new module
+    if any(f.diff_lines is None for f in own) or any("register_bridge" in line for f in own for line in _added(f)):
+        return None
+    defined = {m.group(1) for f in own for line in _added(f) if (m := _TOP_DEFINITION.match(line))}
+    calls = re.compile(rf"\b({'|'.join(map(re.escape, sorted(defined)))})\s*\(") if defined else None
+    for other in files:
+        if other.path.startswith(prefix) or not other.path.startswith("src/"):
+            continue
+        if other.diff_lines is None or (calls and any(calls.search(line) for line in _added(other))):
+            return None
+    return (
+        f"a model directory the change creates (`{where}/`) that registers no bridge: AutoBridge builds it for "
+        "no checkpoint, and no other changed file calls what it defines"
+    )
+
+
+_TOP_DEFINITION = re.compile(r"(?:class|def)\s+(\w+)")  # at column 0: the module's own names
 
 
 def _added(file: ChangedFile) -> tuple[str, ...]:

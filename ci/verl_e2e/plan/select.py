@@ -103,7 +103,7 @@ class _Scan:
             elif file.import_break is not None:  # every cell that imports it fails there: the cheapest says so
                 where = importing(ran, file.path, matrix.defaults.family)
                 self.col.add(*where, {"all"}, ("import-time", file.import_break), file.path)
-            elif unbuilt is not None or (unbuilt := newcode.unimported(file, files)) is not None:
+            elif unbuilt := unbuilt or newcode.unimported(file, files) or newcode.unregistered_directory(file, files):
                 _unreached(self.found, file, unbuilt)
             elif nowhere is not None:
                 self.found.off_surface[file.path] = "every changed line runs only under a layout no PR cell has"

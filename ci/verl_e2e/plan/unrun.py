@@ -18,7 +18,11 @@ from verl_e2e.plan.targets import SHARED_DIRS, Targets, family_dir
 
 def recorded_hits(ran: Sequence[Ran], file: ChangedFile) -> tuple[list[tuple[Ran, str]], str | None]:
     """The recorded cells that ran the changed code (their lines where a record has the same base file),
-    and, where cells ran the code around the change but none took its lines, the sentence that says so."""
+    and, where cells ran the code around the change but none took its lines, the sentence that says so.
+    None for a file the change adds: no record of the base ran it (one of a later Bridge that reused the
+    path ran other code)."""
+    if file.status == "A":
+        return [], None
     module_level = file.module_level or file.diff_lines is None
     lines = file.base_lines
     only, unnamed = file.methods_only, file.unnamed_methods
