@@ -212,6 +212,14 @@ def test_the_body_of_a_config_class_no_cell_builds_is_no_evidence_for_a_change_b
     called = replace(file, defaults=(replace(field, value="os.environ.get('FP4', False)"),))  # runs at import
     imported = select(matrix, [called], ran=[_record("MixedPrecisionConfig", "LoggerConfig.finalize")])
     assert any(r.rule == "executed" for r in imported.reasons.get(0, []))
+    # a dataclass field with a named factory (dev PR #863's `field(default_factory=dict)`) stores the factory
+    # at import; it runs where the class is built, which no cell does
+    factory = replace(file, defaults=(replace(field, value="field(default_factory=dict)"),))
+    imported = select(matrix, [factory], ran=[_record("MixedPrecisionConfig", "LoggerConfig.finalize")])
+    assert all(r.rule != "executed" for rs in imported.reasons.values() for r in rs), imported.reasons
+    computed = replace(file, defaults=(replace(field, value="field(default=compute_default())"),))
+    imported = select(matrix, [computed], ran=[_record("MixedPrecisionConfig", "LoggerConfig.finalize")])
+    assert any(r.rule == "executed" for r in imported.reasons.get(0, []))
 
 
 CONTAINER_DIFF = "\n".join(

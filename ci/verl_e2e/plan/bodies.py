@@ -11,6 +11,7 @@ records whether any cell built them.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Sequence
 
 from verl_e2e.config.aspects import code_lines
@@ -91,6 +92,9 @@ def unbuilt(file: ChangedFile, ignored: bool, ran: Sequence[Ran]) -> str | None:
 
 
 _CONFIGS = ("Config", "ConfigContainer")
+# a dataclass field of a plain default or a named factory: `field()` runs at import and stores them; the
+# factory runs only where the class is built
+_FIELD = re.compile(r"\s*(?:dataclasses\.)?field\(\s*(?:default_factory\s*=\s*[\w.]+|default\s*=\s*[^()]*)\s*\)\s*")
 
 
 def _unnamed_config_methods(file: ChangedFile, ran: Sequence[Ran]) -> set[str] | None:
@@ -152,6 +156,6 @@ def unbuilt_config_body(qualname: str, file: ChangedFile, ran: Sequence[Ran]) ->
     if "." in qualname or not qualname.endswith(_CONFIGS) or file.path.startswith(MODELS):
         return False
     fields = [d for d in file.defaults if d.owner == qualname]
-    if not fields or any(d.value is not None and "(" in d.value for d in fields):
+    if not fields or any(d.value is not None and "(" in d.value and not _FIELD.fullmatch(d.value) for d in fields):
         return False  # what the body's change does is not known to be a plain value: it ran at import
     return not any(q.startswith(f"{qualname}.") for r in ran for p in file.paths for q in r.functions.get(p, ()))
