@@ -55,7 +55,7 @@ def _bench():  # type: ignore[no-untyped-def]
         ("probes-24.json", 5, 5),
         ("probes-25.json", 3, 6),
         ("probes-26.json", 3, 7),
-        ("probes-27.json", 2, 4),
+        ("probes-27.json", 0, 4),
         ("probes-28.json", 2, 7),
         ("probes-29.json", 2, 9),
         ("probes-30.json", 4, 8),
