@@ -88,6 +88,7 @@ class Family:
     blocked_kinds: tuple[str, ...] = ()
     no_critic: str | None = None  # why verl cannot build its critic: its cells run GRPO (no critic) instead
     merged_lora: str | None = None  # why the rollout cannot take its adapters unmerged: LoRA cells merge them
+    remote_code: str | None = None  # why the checkpoint needs its own code: cells pass trust_remote_code
 
     def blocked(self, kind: str) -> str | None:
         """Why a variant of this kind cannot run on this family in verl today, or None."""
@@ -283,6 +284,7 @@ def _family(name: str, node: Mapping[str, Any]) -> Family:
         blocked_kinds=tuple(blocked.get("kinds", ())),
         no_critic=f"{critic['why']} (seen: {critic['seen']})" if critic else None,
         merged_lora=f"{merged['why']} (seen: {merged['seen']})" if merged else None,
+        remote_code=node.get("remote_code"),
     )
 
 

@@ -134,6 +134,8 @@ def _limitations(
             "adapters merged into the weights the rollout receives (Bridge's merged export; vLLM runs without "
             f"LoRA), because {family.merged_lora}"
         )
+    if family.remote_code is not None:
+        out.append(f"the checkpoint's own model code runs (trust_remote_code), because {family.remote_code}")
     if level != 5:
         out.append("no convergence claim (smoke test)")
     return list(dict.fromkeys(out))
@@ -171,6 +173,8 @@ def _cell(
             extra = [CRITIC_FREE_ENTROPY]
         if family.merged_lora is not None and env.get("LORA_RANK", "0") != "0":
             extra.append(MERGED_LORA)  # vLLM without LoRA takes the experts by their plain names
+        if family.remote_code is not None:
+            extra += TRUST_REMOTE_CODE  # verl's default (False) stops such a checkpoint at its config
         env = {k: _cache_paths(v, paths) for k, v in sorted(env.items())}
         args = [_cache_paths(a, paths) for a in common_args + list(phase.args)] + extra
         phases.append(CellPhase(phase.name, env, args, dict(phase.expect)))
@@ -252,6 +256,9 @@ CRITIC_FREE_ENTROPY = "actor_rollout_ref.actor.entropy_coeff=0.001"
 # adapters, and verl sends them plain: a MoE model whose experts vLLM does not wrap gets KeyError
 # 'layers.0.mlp.experts.0.gate_proj.weight' at the first weight sync. Merged, vLLM runs without LoRA.
 MERGED_LORA = "actor_rollout_ref.model.lora.merge=True"
+# verl hands the model's flag to AutoBridge, transformers and vLLM; the critic and the dataset's tokenizer
+# read their own
+TRUST_REMOTE_CODE = [f"{key}.trust_remote_code=True" for key in ("actor_rollout_ref.model", "critic.model", "data")]
 
 KIND_WORDS = {"moe": "MoE", "vlm": "VLM", "mtp": "MTP", "quant": "quantised", "custom": "custom-layer"}
 
