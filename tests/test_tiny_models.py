@@ -276,15 +276,12 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
 # --- real builds: torch and transformers ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    torch = pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
-    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
+def tiny_tokenizer(out: Path) -> Path:
+    """A 300-token byte-level BPE tokenizer with the Qwen2 chat tokens, written to `out` (the builder's
+    --tokenizer: the node passes the tiny Qwen2's)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("tiny")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -295,9 +292,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
         show_progress=False,
     )
     tok.train_from_iterator(["Tom has 3 apples and buys 4 more.", "How many pens are there in total?"] * 4, trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(
-        root / "tokenizer"
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    torch = pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
+    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("tiny")
+    tiny_tokenizer(root / "tokenizer")
     report = root / "report.json"
     rc = mtm.main(
         [

@@ -10,7 +10,9 @@ architecture transformers ships carries its own config class whose defaults desc
 one generic shrink of those defaults (few layers, narrow width, few experts, the local tokenizer's
 vocabulary) gives a model of the same *shape of code* — the same layer kinds, routing, attention variants,
 sub-towers and sub-configs — at a few MB. This generalises tools/make_tiny_moe.py (one hand-written
-Qwen3-MoE config) to any family.
+Qwen3-MoE config) to any family. A family flagged `remote_code` (its checkpoint ships its own code) is
+built from the classes Bridge's package registers with transformers where it does (tools/tiny_remote.py:
+Bridge on the path, as on the node), and written with the configuration file and `auto_map` a release has.
 
 For each family the tool looks up `transformers.<Architecture>` and its `config_class`, shrinks the
 config's defaults by attribute name (`shrink_overrides`, pure and tested without torch), applies the few

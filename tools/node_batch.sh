@@ -132,7 +132,7 @@ start_batch() {
     t0=$SECONDS
     local only=()
     for fam in "$@"; do only+=(--family "$fam"); done
-    PYTHONPATH="$repo/ci:$work/site" python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" \
+    PYTHONPATH="$repo/ci:$work/site:$work/Megatron-Bridge/src" python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" \
       --tokenizer "$work/assets/tiny/qwen2" "${only[@]}" --report "$work/tiny-models.json" > "$logs/tiny.log" 2>&1
     echo "TINY rc=$? $((SECONDS - t0)) s"
     local plain=() mamba=()

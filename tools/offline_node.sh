@@ -91,8 +91,9 @@ setup() {
 
 tiny() {
   # a tiny random model of every family transformers ships (cache/models/tiny/<family>), for the
-  # families' Level 0 cells; the report says which could not be built and why
-  python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" --tokenizer "$work/assets/tiny/qwen2" \
+  # families' Level 0 cells; the report says which could not be built and why. Bridge's sources are on the
+  # path for the families whose checkpoint ships its own code: their classes are the ones Bridge registers
+  PYTHONPATH="$PYTHONPATH:$work/Megatron-Bridge/src" python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" --tokenizer "$work/assets/tiny/qwen2" \
     --report "$work/tiny-models.json" >/dev/null 2>&1 \
     || echo "offline_node: some families have no tiny model (see $work/tiny-models.json)" >&2
 }

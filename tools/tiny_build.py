@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_keys import DERIVED, MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, TOKENIZER_FILES, Family, _one_line
 from tiny_processor import chat_template, multimodal_tokens
 from tiny_release import add_release_keys, release_names
+from tiny_remote import remote_classes, write_auto_map
 from tiny_shrink import (
     _is_int,
     _per_layer_keys,
@@ -222,7 +223,14 @@ def _write_mtp(cls: Any, config: Any, architecture: str, out: Path, res: Result)
 
     extra = mtp_tensors(cls, config, architecture)
     if not extra:
-        res.notes.append("mtp: config count set, no MTP weights (naming of this checkpoint not known here)")
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        past = f"layers.{text.num_hidden_layers}."
+        built = _mtp_count(config) > 0 and any(past in k for k in load_file(out / "model.safetensors"))
+        res.notes.append(
+            "mtp: the checkpoint's own model class builds its MTP layers"
+            if built
+            else "mtp: config count set, no MTP weights (naming of this checkpoint not known here)"
+        )
         return
     weights = out / "model.safetensors"
     state = load_file(weights)
@@ -240,18 +248,28 @@ def _extra_files(architecture: str, out: Path) -> None:
         torch.save({}, out / "spk_dict.pt")
 
 
+def _classes(family: Family, architecture: str, res: Result) -> tuple[Any, Any]:
+    """(model class, config class) from transformers, else from what Bridge registers for a family whose
+    checkpoint ships its own code; res says why where there is none."""
+    cls, config_class = resolve(architecture)
+    why = f"{architecture} is not in transformers (its bridge needs the checkpoint's remote code)"
+    if cls is None and family.remote_code:
+        cls, config_class, why = remote_classes(family.package, architecture)
+    res.found = cls is not None
+    if cls is None:
+        res.error = why
+    elif config_class is None:
+        res.error = f"{architecture} has no config_class in transformers"
+    return cls, config_class
+
+
 def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path) -> Result:
     import torch  # noqa: PLC0415
     from transformers import AutoTokenizer, GenerationConfig  # noqa: PLC0415
 
     res = Result(family.name, architecture, list(family.kinds), borrowed_from=family.borrowed_from)
-    cls, config_class = resolve(architecture)
-    res.found = cls is not None
-    if cls is None:
-        res.error = f"{architecture} is not in transformers (its bridge needs the checkpoint's remote code)"
-        return res
-    if config_class is None:
-        res.error = f"{architecture} has no config_class in transformers"
+    cls, config_class = _classes(family, architecture, res)
+    if cls is None or config_class is None:
         return res
     res.config_class = config_class.__name__
     out = out_root / family.name
@@ -273,6 +291,8 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
             shutil.rmtree(out)
         out.mkdir(parents=True)
         model.save_pretrained(out, safe_serialization=True)
+        if not cls.__module__.startswith("transformers."):
+            res.notes += write_auto_map(config_class, out)
         res.notes += release_names(architecture, out / "model.safetensors")
         res.params = sum(p.numel() for p in model.parameters())
         if "mtp" in family.kinds:

@@ -264,6 +264,8 @@ class Family:
     model: str
     kinds: tuple[str, ...]
     borrowed_from: str | None = None  # a family without architectures runs another family's
+    package: str = ""  # Bridge's models/<package>/ (matrix `dir`, else the family's name)
+    remote_code: bool = False  # the checkpoint's own code, not transformers', defines the architecture
 
 
 def load_families(matrix: Mapping[str, Any]) -> dict[str, Family]:
@@ -282,7 +284,8 @@ def load_families(matrix: Mapping[str, Any]) -> dict[str, Family]:
         borrowed = None
         if not archs and f.get("model") in by_model:
             borrowed, archs = by_model[f["model"]]
-        out[name] = Family(name, archs, str(f.get("model", "")), kinds, borrowed)
+        package = str(f.get("dir") or name)
+        out[name] = Family(name, archs, str(f.get("model", "")), kinds, borrowed, package, bool(f.get("remote_code")))
     return out
 
 

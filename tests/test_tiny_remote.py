@@ -1,0 +1,124 @@
+"""The tiny builder's remote-code path (tools/tiny_remote.py): architectures no transformers release defines,
+built from the classes Bridge registers, and written with the configuration file and `auto_map` a release
+ships. The pure parts read Bridge's own files in place; the build needs torch and transformers (the GPU
+node has both) and skips without them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT, SHARED
+
+sys.path.insert(0, str(ROOT / "tools"))
+import make_tiny_model as mtm
+import tiny_keys
+import tiny_remote
+
+from .test_tiny_models import tiny_tokenizer
+
+TARBALL = SHARED / "gpu" / "src" / "megatron-bridge-067f987-with-megatron-lm-2a75ac1.tgz"
+BAILING = "Megatron-Bridge/src/megatron/bridge/models/bailing/"
+
+
+def _bridge_file(name: str) -> str:
+    if not TARBALL.is_file():
+        pytest.skip(f"{TARBALL} is not here (the team's shared Bridge tarball)")
+    with tarfile.open(TARBALL) as tar:
+        member = tar.extractfile(BAILING + name)
+        assert member is not None
+        return member.read().decode()
+
+
+def test_bridges_bailing_configuration_loads_alone_and_its_modeling_does_not() -> None:
+    assert tiny_remote.standalone_imports(_bridge_file("configuration_bailing_moe_v2.py")) == []
+    foreign = tiny_remote.standalone_imports(_bridge_file("modeling_bailing_moe_v2.py"))
+    assert "megatron.bridge.models.bailing.configuration_bailing_moe_v2" in foreign
+    assert "torch" in foreign
+
+
+def test_imports_that_a_checkpoint_directory_cannot_hold() -> None:
+    source = "import os\nfrom typing import Any\nfrom transformers import PretrainedConfig\nimport numpy as np\n"
+    assert tiny_remote.standalone_imports(source) == ["numpy"]
+    assert tiny_remote.standalone_imports("from .sibling import X\n") == []  # relative: copied beside it
+
+
+def test_remote_code_families_carry_their_bridge_package() -> None:
+    families = tiny_keys.load_families(yaml.safe_load((ROOT / "matrix.yaml").read_text()))
+    assert families["bailing"].remote_code and families["bailing"].package == "bailing"
+    assert families["step37"].package == "stepfun"  # matrix `dir`
+    assert not families["qwen"].remote_code
+
+
+def test_an_unknown_bridge_package_is_a_report_row() -> None:
+    cls, config_class, why = tiny_remote.remote_classes("no_such_package_here", "NoSuchForCausalLM")
+    assert cls is None and config_class is None
+    assert why.startswith("importing megatron.bridge.models.no_such_package_here: ModuleNotFoundError")
+
+
+# --- a real build: torch and transformers -----------------------------------------------------------------
+
+# Stands in for a Bridge package that registers a checkpoint's own classes on import (as
+# models/bailing/bailing_moe2_bridge.py does): a Llama-shaped model under a model type transformers does not
+# know, its configuration in a file of its own that imports transformers only.
+FAKE_CONFIG = """
+from transformers import LlamaConfig
+
+
+class TinyRemoteConfig(LlamaConfig):
+    model_type = "tiny_remote_test"
+"""
+FAKE_PACKAGE = """
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
+
+from .configuration_tiny_remote import TinyRemoteConfig
+
+
+class TinyRemoteForCausalLM(LlamaForCausalLM):
+    config_class = TinyRemoteConfig
+
+
+AutoConfig.register("tiny_remote_test", TinyRemoteConfig, exist_ok=True)
+AutoModelForCausalLM.register(TinyRemoteConfig, TinyRemoteForCausalLM, exist_ok=True)
+"""
+
+
+def test_a_registered_architecture_is_built_with_its_configuration_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
+    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
+
+    package = tmp_path / "site" / "megatron" / "bridge" / "models" / "tiny_remote"
+    package.mkdir(parents=True)
+    (package / "configuration_tiny_remote.py").write_text(textwrap.dedent(FAKE_CONFIG))
+    (package / "__init__.py").write_text(textwrap.dedent(FAKE_PACKAGE))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    matrix = tmp_path / "matrix.yaml"
+    fam = {"architectures": ["TinyRemoteForCausalLM"], "model": "x/y", "remote_code": "the checkpoint's own code"}
+    matrix.write_text(yaml.safe_dump({"families": {"tiny_remote": fam}}))
+    report = tmp_path / "report.json"
+    argv = [str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer(tmp_path / "tok")), "--matrix", str(matrix)]
+    rc = mtm.main([*argv, "--report", str(report)])
+    row = json.loads(report.read_text())["families"][0]
+    assert rc == 0, row
+    out = tmp_path / "out" / "tiny_remote"
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["auto_map"] == {"AutoConfig": "configuration_tiny_remote.TinyRemoteConfig"}
+    assert doc["architectures"] == ["TinyRemoteForCausalLM"] and doc["model_type"] == "tiny_remote_test"
+    assert (out / "configuration_tiny_remote.py").read_text() == textwrap.dedent(FAKE_CONFIG)
+    # a process that never imported the package reads the config only through the copied file
+    probe = (
+        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
+        "trust_remote_code=True); print(type(c).__name__, c.num_hidden_layers)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["TinyRemoteConfig", str(doc["num_hidden_layers"])]

@@ -1,0 +1,106 @@
+"""Architectures no transformers release defines, for tools/make_tiny_model.py: the classes Bridge registers.
+
+Why: some checkpoints (Ling's `BailingMoeV2ForCausalLM`) ship their own configuration and modeling code and
+name it in config.json's `auto_map`. Bridge carries a copy of that code and registers it with transformers'
+Auto classes when its bridge module is imported, so on a node with Bridge the tiny model can be built from
+that copy. It is written as the release is: config.json names the configuration file in `auto_map` and the
+file sits beside the weights, so a process that reads the checkpoint without importing Bridge first
+(verl's trainer, vLLM's engine) loads the config with `trust_remote_code`, as it loads the release's.
+
+transformers is imported inside the functions, so the module loads without it (the pure parts are tested
+without torch).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+# what a configuration file may import and still be loaded on its own by transformers' dynamic modules:
+# the standard library and transformers itself (Bridge's modeling files import Bridge, so they stay out)
+_ALONE = ("transformers", "typing", "typing_extensions", "__future__", "copy", "math", "dataclasses", "enum")
+
+
+def import_bridge_package(package: str) -> str | None:
+    """Import Bridge's models/<package>/, whose bridge registers the checkpoint's classes with transformers;
+    the failure as one line, or None."""
+    try:
+        importlib.import_module(f"megatron.bridge.models.{package}")
+    except Exception as exc:  # any import failure is a row of the report, not the end of the build
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        return f"importing megatron.bridge.models.{package}: {type(exc).__name__}: {lines[-1] if lines else ''}"
+    return None
+
+
+def registered(architecture: str) -> tuple[Any, Any]:
+    """(model class, config class) registered at run time with a transformers Auto model class under the
+    architecture's name; (None, None) when nothing registered it."""
+    import transformers  # noqa: PLC0415
+
+    for auto_name in ("AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModel"):
+        auto = getattr(transformers, auto_name, None)
+        extra = getattr(getattr(auto, "_model_mapping", None), "_extra_content", {}) or {}
+        for config_class, model_class in extra.items():
+            if getattr(model_class, "__name__", "") == architecture:
+                return model_class, config_class
+    return None, None
+
+
+def standalone_imports(source: str) -> list[str]:
+    """The top-level modules a file imports that transformers' dynamic loading could not find beside it:
+    everything but the standard-library few and transformers (empty means the file loads on its own)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        out += [n for n in names if n.split(".")[0] not in _ALONE and n.split(".")[0] not in sys.stdlib_module_names]
+    return sorted(set(out))
+
+
+def auto_map_entry(config_class: Any) -> tuple[Path, str]:
+    """The file defining the config class and its `auto_map` entry (`<module file stem>.<class name>`)."""
+    path = Path(inspect.getfile(config_class))
+    return path, f"{path.stem}.{config_class.__name__}"
+
+
+def write_auto_map(config_class: Any, out: Path) -> list[str]:
+    """Copy the configuration file beside the checkpoint and name it in config.json's `auto_map`, as the
+    release does. Raises ValueError when the file imports what a checkpoint directory cannot hold."""
+    path, entry = auto_map_entry(config_class)
+    foreign = standalone_imports(path.read_text())
+    if foreign:
+        raise ValueError(f"{path.name} imports {', '.join(foreign)}: it cannot be loaded from the checkpoint alone")
+    shutil.copy2(path, out / path.name)
+    config_file = out / "config.json"
+    doc = json.loads(config_file.read_text())
+    doc["auto_map"] = {"AutoConfig": entry}
+    config_file.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return [f"remote code: config.json auto_map AutoConfig -> {entry}, {path.name} copied from Bridge"]
+
+
+def remote_classes(package: str, architecture: str) -> tuple[Any, Any, str]:
+    """(model class, config class, why not) for a family whose checkpoint ships its own code."""
+    failed = import_bridge_package(package)
+    if failed:
+        return None, None, failed
+    cls, config_class = registered(architecture)
+    if cls is None:
+        return (
+            None,
+            None,
+            (
+                f"{architecture} is not in transformers, and Bridge's models/{package}/ registers no class of that "
+                "name (the tiny model needs the checkpoint's own modeling code)"
+            ),
+        )
+    return cls, config_class, ""
