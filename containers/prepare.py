@@ -67,6 +67,14 @@ def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | Non
     started = time.time()
     if cell.get("dummy_config") is None:
         path = Path(env.get("MODEL_PATH", ""))
+        offline = [k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if env.get(k, os.environ.get(k)) == "1"]
+        if not path.is_dir() and offline:
+            # nothing could fetch it: verl would stop 30-100 s later, on a config error that names no model
+            return (
+                f"model {env.get('MODEL_ID')} is not at {path} and the hub is off ({offline[0]}=1); put the "
+                "checkpoint there (tools/make_tiny_model.py for a family's tiny model, `verl-e2e prefetch` on a "
+                "runner) or run where the hub is reachable"
+            )
         state = "from the cache" if path.is_dir() else "not in the cache (the wrapper will try to fetch it)"
         if path.is_dir():
             hub_off(env, rec)

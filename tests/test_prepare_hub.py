@@ -44,3 +44,21 @@ def test_a_value_the_caller_set_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
     env = {"MODEL_PATH": str(tmp_path), "MODEL_ID": "local/x", "TRANSFORMERS_OFFLINE": "0"}
     prepare_model(CELL, env, tmp_path, rec)
     assert rec.overrides == {}
+
+
+@pytest.mark.parametrize(("key", "where"), [("HF_HUB_OFFLINE", "env"), ("TRANSFORMERS_OFFLINE", "process")])
+def test_an_absent_model_with_the_hub_off_stops_before_verl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, where: str
+) -> None:
+    # the twentieth batch (2026-12-06): 19 cells whose tiny model was never built ran verl for 25-100 s
+    # each and stopped on "the configuration was rejected at `critic.model`", a message that names no model
+    env = {"MODEL_PATH": str(tmp_path / "models" / "tiny" / "glm"), "MODEL_ID": "tiny/glm"}
+    if where == "env":
+        env[key] = "1"
+    else:
+        monkeypatch.setenv(key, "1")
+    rec = Recorder(tmp_path, CELL)
+    problem = prepare_model(CELL, env, tmp_path, rec)
+    assert problem is not None
+    assert problem.startswith(f"model tiny/glm is not at {tmp_path}/models/tiny/glm and the hub is off ({key}=1)")
+    assert "tools/make_tiny_model.py" in problem
