@@ -45,7 +45,7 @@ import importcheck
 import preflight
 from milestones import Milestones
 from phaselog import STATE, Stuck, run_logged
-from prepare import bridge_tests, prepare_data, prepare_model
+from prepare import bridge_tests, prepare_data, prepare_model, remote_code_modules
 from records import Recorder, checkpoint_listing, git_state, log, write_json
 
 PROBE_DIR = Path(__file__).resolve().parent / "probe"
@@ -96,9 +96,6 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[-1][:1] not in ("Z", "X")
     except OSError:
         return False
-
-
-# ------------------------------------------------------------------------------------------ main
 
 
 def translate(value: str, mapping: list[tuple[str, str]], *then: list[tuple[str, str]]) -> str:
@@ -243,9 +240,8 @@ def run_phases(
     imports: importcheck.ModuleImports | None = None,
 ) -> None:
     ckpt_root = args.work / "checkpoints"
-    # the cell's paths -> this machine's, then a cache dir the driver made a copy of -> the copy (a task
-    # made for the cell: its reward function's path; the tiny Qwen3-VL's image cell found the cache's,
-    # absent, when the two were one list and the first pair won, H100, 2026-12-05)
+    # the cell's paths -> this machine's, then a cache dir the driver made a copy of -> the copy (a task made
+    # for the cell: its reward path; the first pair won when the two were one list, H100, 2026-12-05)
     mapping: list[tuple[str, str]] = [(a, b) for a, _, b in (m.partition("=") for m in args.map)]
     listing: dict = {}
     for index, phase in enumerate(cell["phases"]):
@@ -370,6 +366,8 @@ def _prepare_and_run(
         problem = prep()
         if problem:
             return rec.fail("data/model", "setup", problem)
+    if modules := remote_code_modules(cell, args.work, rec):
+        pythonpath = base_env["PYTHONPATH"] = f"{pythonpath}:{modules}"
     rm = first_env.get("RM_MODEL_PATH")
     if not rm or not Path(rm).is_dir():
         extra.append("reward.reward_model.enable=False")

@@ -94,6 +94,27 @@ def prepare_model(cell: dict, env: dict, work: Path, rec: Recorder) -> str | Non
     return None
 
 
+def remote_code_modules(cell: dict, work: Path, rec: Recorder) -> str | None:
+    """A cell whose checkpoint ships its own code: a modules cache of the cell's own, for every process's path.
+
+    verl's trainer loads such a config (trust_remote_code) and ships it to its Ray workers by reference to
+    the module transformers wrote (`transformers_modules.<...>`); a Ray worker never ran transformers'
+    `init_hf_modules`, so it stopped on "No module named 'transformers_modules'" before any Bridge code ran
+    (tiny BailingMoeV2, twentieth batch; vLLM's own workers add that path, verl 1dda039's do not). With the
+    cache named (HF_MODULES_CACHE, writable, per cell) and on the workers' PYTHONPATH, each can import it."""
+    args = (str(a) for phase in cell["phases"] for a in phase.get("args", []))
+    if not any(a.endswith(".trust_remote_code=True") for a in args):
+        return None
+    modules = work / "hf-modules"
+    modules.mkdir(parents=True, exist_ok=True)
+    rec.overrides["HF_MODULES_CACHE"] = str(modules)
+    rec.provenance["limitations"].append(
+        "the checkpoint's own modules cache is on the Ray workers' path (HF_MODULES_CACHE): verl's workers do "
+        "not add it, and without it they cannot unpickle a remote-code config"
+    )
+    return str(modules)
+
+
 def hub_off(env: dict, rec: Recorder) -> None:
     """The model is on disk: switch the Hugging Face hub off for the phases (every Ray worker inherits
     it), as the container backend always does, so that no process of a cell on a machine without
