@@ -181,6 +181,7 @@ def _stubbed(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
     (repo / "tools" / "node_batch.sh").write_text(TOOL.read_text())
+    (repo / "matrix.yaml").write_text((TOOL.parents[1] / "matrix.yaml").read_text())  # `launch` checks entries
     events = tmp_path / "events"
     stub = f'echo "$(date +%s.%N) {{name}} start $*" >> {events}; {{body}}; echo "$(date +%s.%N) {{name}} end" >> {events}\n'
     stubs = {
@@ -250,3 +251,51 @@ def test_launch_returns_at_once_and_runs_start_from_its_own_copy(tmp_path: Path)
     _order_checked(events, work)
     missing = _bash("launch", str(parts), str(work), str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no entries file" in missing.stderr
+
+
+def test_check_names_each_entry_and_family_that_matrix_yaml_lacks(tmp_path: Path) -> None:
+    """The twentieth batch passed the entries' model column (`tiny/llama`) as the families to build: the tiny
+    builder refused the list, nothing was built, and nineteen cells ran without a model. `check` (which
+    `launch` runs) says so before any device time goes into the batch."""
+    entries = tmp_path / "entries"
+    entries.write_text(
+        "# comment\n"
+        "l0-llama:-:L0-lora-ddp-llama::llama:tiny/llama\n"
+        "\n"
+        "l0-glm:-:L0-lora-ddp-glm::tiny/glm\n"
+        "no fields here\n"
+    )
+    done = _bash("check", str(entries), "llama", "tiny/llama")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"node_batch.sh: {entries}:4: 'tiny/glm' is no family of matrix.yaml (the fifth field is the family, the sixth the model)",
+        f"node_batch.sh: {entries}:5: expected LABEL:MUTATION:CELL[:HYDRA[:FAMILY[:MODEL]]] with a label of letters, digits, '.', '_' or '-'",
+        "node_batch.sh: 'tiny/llama' (a family to build) is no family of matrix.yaml",
+    ]  # fmt: skip
+    entries.write_text("l0-llama:-:L0-lora-ddp-llama::llama:tiny/llama\nl1-qwen:-:L1-save-resume-qwen::qwen\n")
+    good = _bash("check", str(entries), "llama")
+    assert good.returncode == 0 and "2 entries, 1 families to build: ok" in good.stdout, good.stderr
+
+
+def test_launch_refuses_entries_that_do_not_check(tmp_path: Path) -> None:
+    tool, parts, entries, _ = _stubbed(tmp_path)
+    work = tmp_path / "work"
+    done = subprocess.run(
+        ["bash", str(tool), "launch", str(parts), str(work), str(entries), "tiny/llama"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "'tiny/llama' (a family to build)" in done.stderr
+    assert not (work / "batch").exists() and not (work / "repo").exists()
+
+
+def test_start_runs_no_cell_when_the_tiny_builder_refuses_its_arguments(tmp_path: Path) -> None:
+    tool, parts, entries, events = _stubbed(tmp_path)
+    (tool.parent / "make_tiny_model.py").write_text("import sys\nsys.exit(2)\n")  # a bad family list
+    work = tmp_path / "work"
+    subprocess.run(
+        ["bash", str(tool), "start", str(parts), str(work), str(entries)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    log = (work / "batch" / "batch.log").read_text()
+    assert (work / "batch" / "done").exists() and "TINY rc=2" in log and "no cell started" in log
+    assert "cells start" not in events.read_text()

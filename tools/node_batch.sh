@@ -23,6 +23,9 @@
 #                                                            (node) `start` detached (setsid), from a copy of this
 #                                                            checkout in WORK/repo (the lent machine's checkout is
 #                                                            replaced by each call), returning at once
+#   tools/node_batch.sh check ENTRIES_FILE [FAMILY...]      (here, before the transfer; `launch` runs it too) each
+#                                                            entry's fields and family, and each FAMILY, against
+#                                                            matrix.yaml: one line per problem, exit 2
 #   tools/node_batch.sh order ENTRIES_FILE                  the entries in the order `start` runs them: the Mamba
 #                                                            families' (MAMBA_FAMILIES) last, after the build
 #   tools/node_batch.sh wheels WORK OUT_DIR [MIB]           (node) the Mamba wheels tools/build_mamba.sh built, as
@@ -82,6 +85,36 @@ mamba_entries() {  # [-v]: the LABEL:MUTATION:CELL:HYDRA:FAMILY[:MODEL] lines on
   return 0
 }
 
+matrix_families() {  # the family names matrix.yaml lists (its `families:` keys), one a line
+  awk '/^families:/{f=1;next} f&&/^[^ #]/{f=0} f&&/^  [a-z0-9_]+:[[:space:]]*$/{sub(/:.*/,"");gsub(/ /,"");print}' \
+    "$repo/matrix.yaml"
+}
+
+check_entries() {  # ENTRIES_FILE [FAMILY...]: each problem as one line on stderr, exit 2 if there is one
+  local entries=${1:?ENTRIES_FILE} line n=0 bad=0 count=0 label mutation cell family known fam
+  shift
+  [ -f "$entries" ] || { echo "node_batch.sh: no entries file $entries" >&2; return 2; }
+  known=" $(matrix_families | tr '\n' ' ') "
+  while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
+    IFS=: read -r label mutation cell _ family _ <<< "$line"
+    if [ -z "$label" ] || [ -z "$mutation" ] || [ -z "$cell" ] || [[ ! $label =~ ^[A-Za-z0-9_.-]+$ ]]; then
+      echo "node_batch.sh: $entries:$n: expected LABEL:MUTATION:CELL[:HYDRA[:FAMILY[:MODEL]]] with a label of letters, digits, '.', '_' or '-'" >&2
+      bad=1
+    elif [ -n "$family" ] && [[ $known != *" $family "* ]]; then
+      echo "node_batch.sh: $entries:$n: '$family' is no family of matrix.yaml (the fifth field is the family, the sixth the model)" >&2
+      bad=1
+    fi
+    count=$((count + 1))
+  done < "$entries"
+  for fam in "$@"; do
+    [[ $known == *" $fam "* ]] || { echo "node_batch.sh: '$fam' (a family to build) is no family of matrix.yaml" >&2; bad=1; }
+  done
+  [ $bad = 0 ] || return 2
+  echo "node_batch.sh: $entries: $count entries, ${#} families to build: ok"
+}
+
 start_batch() {
   local parts=${1:?PARTS_DIR} work=${2:?WORK} entries=${3:?ENTRIES_FILE}
   shift 3
@@ -134,7 +167,13 @@ start_batch() {
     for fam in "$@"; do only+=(--family "$fam"); done
     PYTHONPATH="$repo/ci:$work/site:$work/Megatron-Bridge/src" python3 "$repo/tools/make_tiny_model.py" "$work/cache/models/tiny" \
       --tokenizer "$work/assets/tiny/qwen2" "${only[@]}" --report "$work/tiny-models.json" > "$logs/tiny.log" 2>&1
-    echo "TINY rc=$? $((SECONDS - t0)) s"
+    local tiny_rc=$?
+    echo "TINY rc=$tiny_rc $((SECONDS - t0)) s"
+    if [ "$tiny_rc" = 2 ]; then  # bad input: no model was built, so every cell that needs one would stop
+      echo "node_batch.sh: the tiny builder refused its arguments (batch/tiny.log); no cell started"
+      touch "$logs/done"
+      exit 2
+    fi
     local plain=() mamba=()
     mapfile -t plain < <(grep -v '^\s*\(#\|$\)' "$entries" | mamba_entries -v)
     mapfile -t mamba < <(grep -v '^\s*\(#\|$\)' "$entries" | mamba_entries)
@@ -158,6 +197,7 @@ launch_batch() {
   local parts=${1:?PARTS_DIR} work=${2:?WORK} entries=${3:?ENTRIES_FILE}
   shift 3
   [ -f "$entries" ] || { echo "node_batch.sh launch: no entries file $entries" >&2; exit 2; }
+  check_entries "$entries" "$@" >/dev/null || exit 2  # before the node's time goes into a batch that cannot run
   mkdir -p "$work" && work=$(cd "$work" && pwd)
   rm -rf "$work/repo" && mkdir -p "$work/repo"
   local part
@@ -212,6 +252,7 @@ case $cmd in
   commits) commits "$@" ;;
   wheels) pack_wheels "$@" ;;
   launch) launch_batch "$@" ;;
+  check) check_entries "$@" || exit 2 ;;
   order) grep -v '^\s*\(#\|$\)' "${1:?ENTRIES_FILE}" | mamba_entries -v; grep -v '^\s*\(#\|$\)' "$1" | mamba_entries ;;
-  *) echo "node_batch.sh: unknown command $cmd; expected split, start, launch, commits, order, wheels or poll" >&2; exit 2 ;;
+  *) echo "node_batch.sh: unknown command $cmd; expected split, start, launch, check, commits, order, wheels or poll" >&2; exit 2 ;;
 esac
