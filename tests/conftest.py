@@ -55,6 +55,19 @@ def prepared(path: Path, what: str, step: str = "") -> Path:
     return path
 
 
+def stock_models(cache_root: Path, *extra: str) -> Path:
+    """Stands in for `verl-e2e prefetch` on a runner's cache: an empty folder under `models/` for every
+    checkpoint matrix.yaml runs (and `extra` ones), in both cache layouts' place. The fake verl of the
+    container tests reads no weights, but every container runs with the hub off, so a cell whose model is
+    not in the cache stops before verl (containers/prepare.py). Returns the cache root."""
+    ids = set(extra)
+    for family in load_matrix(None).families.values():
+        ids |= {ref.model for ref in (family.model, family.moe_model, family.mtp_model) if ref is not None}
+    for model in ids:
+        (cache_root / "models" / model).mkdir(parents=True, exist_ok=True)
+    return cache_root
+
+
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
     return load_matrix(ROOT / "matrix.yaml")

@@ -23,7 +23,7 @@ import pytest
 
 from verl_e2e.run.image import ImageInputs, ensure_image, verl_commit
 
-from .conftest import ROOT, engine_missing, prepared
+from .conftest import ROOT, engine_missing, prepared, stock_models
 from .github_server import Spec, serve
 from .oidc_server import TOKEN as OIDC_TOKEN
 from .oidc_server import claims_for, serve_oidc
@@ -94,7 +94,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (bridge / "3rdparty/Megatron-LM/.keep").write_text("")
     git(bridge, "init", "-q", "-b", "main")
     git(bridge, "remote", "add", "origin", f"https://github.com/{REPO}.git")
-    site = {"here": here, "image": image, "cache": root / "cache", "verl_head": git(verl, "rev-parse", "HEAD")}
+    cache = stock_models(root / "cache")
+    site = {"here": here, "image": image, "cache": cache, "verl_head": git(verl, "rev-parse", "HEAD")}
     install(bridge, site)
     git(bridge, "add", "-A")
     git(bridge, "commit", "-qm", "base")

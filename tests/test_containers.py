@@ -24,7 +24,7 @@ import pytest
 from verl_e2e.config.matrix import Matrix
 from verl_e2e.run.image import ImageInputs, ensure_image, verl_commit
 
-from .conftest import ROOT, engine_missing
+from .conftest import ROOT, engine_missing, stock_models
 from .rundirs import cell_for
 
 BASE = "verl-e2e-test-base:bookworm"
@@ -139,7 +139,7 @@ def cell_cmd(tmp_path: Path, plan: Path, cell_id: str, bridge: Path, out: Path, 
         "--ulimit",
         "memlock=default",
         "--cache",
-        str(tmp_path / "cache"),
+        str(stock_models(tmp_path / "cache")),
         *extra,
     ]
 
