@@ -504,13 +504,13 @@ def test_39_the_image_cells_reward_path_pointed_at_the_cache_and_is_the_harness(
 def test_40_a_remote_code_config_a_ray_worker_cannot_import_is_the_environment(tmp_path: Path) -> None:
     """The first tiny BailingMoeV2 cell (Bridge's registered classes, the release's `auto_map`): verl's
     trainer loaded the config through the checkpoint's own file, and the workers' actor, shipped with it,
-    could not be imported on a Ray worker ("No module named 'transformers_modules'"). Blocked, named by the
-    Ray line, with what to do; no Bridge code had run, so nothing of the PR is blamed."""
+    could not be imported on a Ray worker ("No module named 'transformers_modules'"). Blocked, named by that
+    module (never a Bridge one), with what to do; no Bridge code had run, so nothing of the PR is blamed."""
     src = OURS / "40-blocked-level0-tiny-bailing-remote-config-on-ray-workers"
     v = _judge(src, tmp_path)
     assert (v.result, v.failure_class) == ("Blocked", "setup"), v.headline
     assert "failed to import on the worker" in v.headline and "no Bridge frame" in v.headline
-    assert any("transformers_modules" in f and "modules cache" in f for f in v.follow_ups)
+    assert any("transformers_modules" in f and "HF_MODULES_CACHE" in f for f in v.follow_ups)
     log = (src / "run.log").read_text()
     assert "actor_rollout_ref.model.trust_remote_code=True" in log
     assert "ModuleNotFoundError: No module named 'transformers_modules'" in log

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, SHARED
+from .conftest import ROOT, SHARED, engine_missing
 
 sys.path.insert(0, str(ROOT / "tools"))
 import make_tiny_model as mtm
@@ -29,8 +29,8 @@ BAILING = "Megatron-Bridge/src/megatron/bridge/models/bailing/"
 
 
 def _bridge_file(name: str) -> str:
-    if not TARBALL.is_file():
-        pytest.skip(f"{TARBALL} is not here (the team's shared Bridge tarball)")
+    if not TARBALL.is_file():  # a skip here, a failure where CI promises the shared data
+        engine_missing(f"{TARBALL} is not here (the team's shared Bridge tarball, read in place)")
     with tarfile.open(TARBALL) as tar:
         member = tar.extractfile(BAILING + name)
         assert member is not None
