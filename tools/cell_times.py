@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 HEAD: tuple[str, ...] = ("run dir", "cell", "model", "verdict", "set-up s", "phases s", "start-up s", "split")
-HEAD += ("steps", "step s", "gen s")
+HEAD += ("steps", "step s", "gen s", "untimed s")
 
 
 def _judge(run_dir: Path) -> dict[str, object]:
@@ -49,6 +49,7 @@ def _row(run_dir: Path) -> tuple[list[str], float | None]:
         f"{sum(p.get('startup_s', 0) for p in phases):.0f}", _split(phases),
         str(sum(p.get("steps", 0) for p in phases)),
         f"{sum(p.get('steps_s', 0) for p in phases):.0f}", f"{sum(p.get('gen_s', 0) for p in phases):.0f}",
+        f"{sum(p.get('untimed_s', 0) for p in phases):.0f}",
     ]  # fmt: skip
     return row, (setup + wall) if phases else None
 

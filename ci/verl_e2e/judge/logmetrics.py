@@ -42,7 +42,8 @@ NAN_WATCHED = re.compile(r"loss|reward|score|kl|entropy|grad_norm|log_?prob|adva
 STEP = re.compile(r"step:(\d+)(?: - |\s*$)")
 _PAIR = re.compile(r"([^\s:][^:]*?):(\S+)(?: - |\s*$)")
 # one regex for the kept keys: the literal " - " prefix lets `re` skip quickly between pairs
-_PREFIXED = r"|val-core/[^:\s]*|val/[^:\s]*|actor/mtp_losses/[^:\s]*"  # every key under these (MTP: Level 4's check)
+# every key under these (MTP: Level 4's check; verl's top-level step timers: judge/timing.py sums them)
+_PREFIXED = r"|val-core/[^:\s]*|val/[^:\s]*|actor/mtp_losses/[^:\s]*|timing_s/[^:\s/]*"
 _SERIES_RX = re.compile(r" - (" + "|".join(re.escape(k) for k in SERIES_KEYS) + _PREFIXED + r"):(\S*)")
 VALIDATION = re.compile(r"(Initial|Final) validation metrics: ")
 _DANGLING_QUOTE = re.compile(r"""(':\s*)["']""")
