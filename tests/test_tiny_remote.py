@@ -25,21 +25,22 @@ import tiny_remote
 from .test_tiny_models import tiny_tokenizer
 
 TARBALL = SHARED / "gpu" / "src" / "megatron-bridge-067f987-with-megatron-lm-2a75ac1.tgz"
-BAILING = "Megatron-Bridge/src/megatron/bridge/models/bailing/"
+MODELS = "Megatron-Bridge/src/megatron/bridge/models/"
 
 
 def _bridge_file(name: str) -> str:
+    """models/<name> of Bridge 067f987, read from the team's tarball in place."""
     if not TARBALL.is_file():  # a skip here, a failure where CI promises the shared data
         engine_missing(f"{TARBALL} is not here (the team's shared Bridge tarball, read in place)")
     with tarfile.open(TARBALL) as tar:
-        member = tar.extractfile(BAILING + name)
+        member = tar.extractfile(MODELS + name)
         assert member is not None
         return member.read().decode()
 
 
 def test_bridges_bailing_configuration_loads_alone_and_its_modeling_does_not() -> None:
-    assert tiny_remote.standalone_imports(_bridge_file("configuration_bailing_moe_v2.py")) == []
-    foreign = tiny_remote.standalone_imports(_bridge_file("modeling_bailing_moe_v2.py"))
+    assert tiny_remote.standalone_imports(_bridge_file("bailing/configuration_bailing_moe_v2.py")) == []
+    foreign = tiny_remote.standalone_imports(_bridge_file("bailing/modeling_bailing_moe_v2.py"))
     assert "megatron.bridge.models.bailing.configuration_bailing_moe_v2" in foreign
     assert "torch" in foreign
 
@@ -122,3 +123,41 @@ def test_a_registered_architecture_is_built_with_its_configuration_file(
     done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["TinyRemoteConfig", str(doc["num_hidden_layers"])]
+
+
+def test_a_shell_release_is_written_with_its_own_model_type_and_configuration_file(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    notes = tiny_remote.write_shell("MiMoForCausalLM", tmp_path)
+    doc = json.loads((tmp_path / "config.json").read_text())
+    assert doc == {
+        "model_type": "mimo",
+        "architectures": ["MiMoForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_mimo.MiMoConfig"},
+    }
+    source = (tmp_path / "configuration_mimo.py").read_text()
+    assert tiny_remote.standalone_imports(source) == []  # transformers' dynamic loader takes it alone
+    assert notes and "Qwen2ForCausalLM weights as MiMoForCausalLM" in notes[0]
+
+
+def test_a_tiny_mimo_has_every_mtp_weight_bridges_mimo_bridge_maps(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
+    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
+    import re
+
+    from safetensors import safe_open
+
+    argv = [str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer(tmp_path / "tok")), "--family", "mimo"]
+    assert mtm.main([*argv, "--report", str(tmp_path / "report.json")]) == 0
+    out = tmp_path / "out" / "mimo"
+    with safe_open(str(out / "model.safetensors"), "pt") as weights:
+        names = set(weights.keys())
+    source = _bridge_file("mimo/mimo_bridge.py")
+    mapped = {m.replace("*", "0") for m in re.findall(r"\"(model\.mtp_layers\.\*\.[^\"]+)\"", source)}
+    assert len(mapped) >= 14 and mapped <= names, sorted(mapped - names)
+    probe = (
+        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
+        "trust_remote_code=True); print(type(c).__name__, c.model_type, c.num_nextn_predict_layers)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["MiMoConfig", "mimo", "1"]

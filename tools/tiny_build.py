@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_keys import DERIVED, MAX_MB, MTP_COUNT_KEYS, MTP_NAMING, TOKENIZER_FILES, Family, _one_line
 from tiny_processor import chat_template, multimodal_tokens
 from tiny_release import add_release_keys, release_names
-from tiny_remote import remote_classes, write_auto_map
+from tiny_remote import SHELLS, remote_classes, write_auto_map, write_shell
 from tiny_shrink import (
     _is_int,
     _per_layer_keys,
@@ -189,33 +189,33 @@ def mtp_tensors(cls: Any, config: Any, architecture: str) -> dict[str, Any]:
         if not m or int(m["i"]) < layers or "visual" in key or "vision" in key or "audio" in key:
             continue
         i = int(m["i"]) - layers
-        name = f"{m['prefix']}.{m['i']}.{m['rest']}" if naming == "layers" else f"mtp.layers.{i}.{m['rest']}"
+        name = {
+            "layers": f"{m['prefix']}.{m['i']}.{m['rest']}",
+            "mtp_layers": f"{m['prefix'].removesuffix('layers')}mtp_layers.{i}.{m['rest']}",
+        }.get(naming, f"mtp.layers.{i}.{m['rest']}")
         out[name] = tensor.clone()
     gen = torch.Generator().manual_seed(2)
+    prefix = next(m["prefix"] for k in state if (m := layer_re.match(k)) and "visual" not in k)
     for i in range(count):
         proj = (torch.randn(hidden, 2 * hidden, generator=gen) * 0.02).to(torch.bfloat16)
-        norm = state[norm_key].clone()
-        if naming == "layers":
-            prefix = next(m["prefix"] for k in state if (m := layer_re.match(k)) and "visual" not in k)
-            base = f"{prefix}.{layers + i}"
-            out.update(
-                {
-                    f"{base}.eh_proj.weight": proj,
-                    f"{base}.enorm.weight": norm.clone(),
-                    f"{base}.hnorm.weight": norm.clone(),
-                    f"{base}.shared_head.norm.weight": norm.clone(),
-                }
-            )
-        elif i == 0:
-            out.update(
-                {
-                    "mtp.fc.weight": proj,
-                    "mtp.pre_fc_norm_embedding.weight": norm.clone(),
-                    "mtp.pre_fc_norm_hidden.weight": norm.clone(),
-                    "mtp.norm.weight": norm.clone(),
-                }
-            )
+        out.update(_mtp_extras(naming, prefix=prefix, layers=layers, i=i, proj=proj, norm=state[norm_key]))
     return out
+
+
+def _mtp_extras(naming: str, *, prefix: str, layers: int, i: int, proj: Any, norm: Any) -> dict[str, Any]:
+    """What MTP layer i adds beside its decoder layer, by the release's naming: the projection of the
+    [embedding, hidden] pair and the norms around it."""
+    if naming == "layers":  # DeepSeek-V3's: the stack's next layers
+        base = f"{prefix}.{layers + i}"
+        names = ("eh_proj", "enorm", "hnorm", "shared_head.norm")
+    elif naming == "mtp_layers":  # MiMo's: model.mtp_layers.N
+        base = f"{prefix.removesuffix('layers')}mtp_layers.{i}"
+        names = ("input_proj", "token_layernorm", "hidden_layernorm", "final_layernorm")
+    elif i == 0:  # Qwen3-Next's: one `mtp.` block
+        base, names = "mtp", ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")
+    else:
+        return {}
+    return {f"{base}.{names[0]}.weight": proj, **{f"{base}.{n}.weight": norm.clone() for n in names[1:]}}
 
 
 def _write_mtp(cls: Any, config: Any, architecture: str, out: Path, res: Result) -> None:
@@ -291,7 +291,9 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
             shutil.rmtree(out)
         out.mkdir(parents=True)
         model.save_pretrained(out, safe_serialization=True)
-        if not cls.__module__.startswith("transformers."):
+        if architecture in SHELLS:
+            res.notes += write_shell(architecture, out)
+        elif not cls.__module__.startswith("transformers."):
             res.notes += write_auto_map(config_class, out)
         res.notes += release_names(architecture, out / "model.safetensors")
         res.params = sum(p.numel() for p in model.parameters())

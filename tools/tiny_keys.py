@@ -89,7 +89,8 @@ MTP_COUNT_KEY_DEFAULT = "mtp_num_hidden_layers"
 # How each architecture's released checkpoint names its MTP weights (transformers drops them, so this is
 # the one thing only the checkpoint format tells): "layers" appends them to the decoder stack as
 # layers.{L+i} with enorm/hnorm/eh_proj/shared_head.norm (DeepSeek-V3's format); "mtp" keeps them under a
-# top-level mtp.* with fc/pre_fc_norm_embedding/pre_fc_norm_hidden/norm (Qwen3-Next's format). An MTP
+# top-level mtp.* with fc/pre_fc_norm_embedding/pre_fc_norm_hidden/norm (Qwen3-Next's format); "mtp_layers"
+# keeps them as model.mtp_layers.N with input_proj/token_layernorm/hidden_layernorm/final_layernorm (MiMo's). An MTP
 # family missing here gets its config's MTP count but no weights, and the report says so.
 MTP_NAMING = {
     "DeepseekV3ForCausalLM": "layers",
@@ -103,6 +104,7 @@ MTP_NAMING = {
     "Qwen3_5ForConditionalGeneration": "mtp",
     "Qwen3_5MoeForConditionalGeneration": "mtp",
     "ExaoneMoeForCausalLM": "mtp",
+    "MiMoForCausalLM": "mtp_layers",
 }
 
 # An override of this value leaves the key out of the config's arguments: the class derives it from the rest

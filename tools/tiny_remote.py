@@ -19,8 +19,54 @@ import inspect
 import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Shell:
+    """A release whose own code is a thin shell over a transformers architecture: its weights are that
+    architecture's (plus what `MTP_NAMING` adds), its configuration file subclasses that architecture's
+    config under its own `model_type`, and its config.json names the file in `auto_map`."""
+
+    base: str  # the transformers architecture that builds the weights
+    model_type: str
+    config_file: str  # the file the release's auto_map names
+    config_class: str
+    config_source: str  # what that file holds: the release's class, restated
+
+
+# XiaomiMiMo's MiMo-7B: Qwen2 with `num_nextn_predict_layers` MTP layers under `model.mtp_layers.N` (the
+# release's configuration_mimo.py subclasses Qwen2Config with that one field; Bridge's MimoBridge extends
+# Qwen2Bridge and maps those layers; vLLM's MiMoForCausalLM skips them when it loads)
+_MIMO_CONFIG = """from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
+
+
+class MiMoConfig(Qwen2Config):
+    model_type = "mimo"
+
+    def __init__(self, *args, num_nextn_predict_layers=0, **kwargs):
+        self.num_nextn_predict_layers = num_nextn_predict_layers
+        super().__init__(*args, **kwargs)
+"""
+SHELLS = {"MiMoForCausalLM": Shell("Qwen2ForCausalLM", "mimo", "configuration_mimo.py", "MiMoConfig", _MIMO_CONFIG)}
+
+
+def write_shell(architecture: str, out: Path) -> list[str]:
+    """Make a checkpoint built with the shell's base architecture the release's: its model type and
+    architecture in config.json, its configuration file beside it, named in `auto_map`."""
+    shell = SHELLS[architecture]
+    (out / shell.config_file).write_text(shell.config_source)
+    config_file = out / "config.json"
+    doc = json.loads(config_file.read_text())
+    entry = f"{Path(shell.config_file).stem}.{shell.config_class}"
+    doc.update(model_type=shell.model_type, architectures=[architecture], auto_map={"AutoConfig": entry})
+    config_file.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return [
+        f"remote code: {shell.base} weights as {architecture} (model_type {shell.model_type!r}), auto_map -> {entry}"
+    ]
+
 
 # what a configuration file may import and still be loaded on its own by transformers' dynamic modules:
 # the standard library and transformers itself (Bridge's modeling files import Bridge, so they stay out)
@@ -89,7 +135,13 @@ def write_auto_map(config_class: Any, out: Path) -> list[str]:
 
 
 def remote_classes(package: str, architecture: str) -> tuple[Any, Any, str]:
-    """(model class, config class, why not) for a family whose checkpoint ships its own code."""
+    """(model class, config class, why not) for a family whose checkpoint ships its own code: a shell's
+    base architecture from transformers, else the classes Bridge's package registers."""
+    if architecture in SHELLS:
+        import transformers  # noqa: PLC0415
+
+        cls = getattr(transformers, SHELLS[architecture].base)
+        return cls, cls.config_class, ""
     failed = import_bridge_package(package)
     if failed:
         return None, None, failed

@@ -354,7 +354,7 @@ def mtp_overrides(defaults: Mapping[str, Any], architecture: str = "") -> dict[s
     node: Mapping[str, Any] = defaults
     for k in path:
         node = node[k]
-    fallback = MTP_COUNT_KEYS[0] if MTP_NAMING.get(architecture) == "layers" else MTP_COUNT_KEY_DEFAULT
+    fallback = MTP_COUNT_KEYS[0] if MTP_NAMING.get(architecture) in ("layers", "mtp_layers") else MTP_COUNT_KEY_DEFAULT
     key = next((k for k in MTP_COUNT_KEYS if k in node), fallback)
     over: dict[str, Any] = {key: 1}
     if path and key not in defaults:  # bridges read the count from the top-level config too
