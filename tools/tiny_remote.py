@@ -58,11 +58,8 @@ def write_shell(architecture: str, out: Path) -> list[str]:
     architecture in config.json, its configuration file beside it, named in `auto_map`."""
     shell = SHELLS[architecture]
     (out / shell.config_file).write_text(shell.config_source)
-    config_file = out / "config.json"
-    doc = json.loads(config_file.read_text())
     entry = f"{Path(shell.config_file).stem}.{shell.config_class}"
-    doc.update(model_type=shell.model_type, architectures=[architecture], auto_map={"AutoConfig": entry})
-    config_file.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _update_config(out, model_type=shell.model_type, architectures=[architecture], auto_map={"AutoConfig": entry})
     return [
         f"remote code: {shell.base} weights as {architecture} (model_type {shell.model_type!r}), auto_map -> {entry}"
     ]
@@ -127,11 +124,16 @@ def write_auto_map(config_class: Any, out: Path) -> list[str]:
     if foreign:
         raise ValueError(f"{path.name} imports {', '.join(foreign)}: it cannot be loaded from the checkpoint alone")
     shutil.copy2(path, out / path.name)
+    _update_config(out, auto_map={"AutoConfig": entry})
+    return [f"remote code: config.json auto_map AutoConfig -> {entry}, {path.name} copied from Bridge"]
+
+
+def _update_config(out: Path, **fields: Any) -> None:
+    """Set top-level keys of the checkpoint's config.json (save_pretrained wrote it from the base class)."""
     config_file = out / "config.json"
     doc = json.loads(config_file.read_text())
-    doc["auto_map"] = {"AutoConfig": entry}
+    doc.update(fields)
     config_file.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return [f"remote code: config.json auto_map AutoConfig -> {entry}, {path.name} copied from Bridge"]
 
 
 def remote_classes(package: str, architecture: str) -> tuple[Any, Any, str]:
