@@ -161,3 +161,74 @@ def test_a_tiny_mimo_has_every_mtp_weight_bridges_mimo_bridge_maps(tmp_path: Pat
     done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["MiMoConfig", "mimo", "1"]
+
+
+def test_the_kimi_record_holds_in_bridges_own_files() -> None:
+    """matrix.yaml says no Kimi-K2 checkpoint reaches Bridge's Kimi bridge: the bridge takes only the name
+    KimiK2ForCausalLM, the DeepSeek-V3 bridge takes the name Moonshot's checkpoints carry, and Bridge resolves
+    a checkpoint's architecture through its auto_map first. If Bridge changes any of the three, the record
+    (and the family's cells) must be looked at again."""
+    kimi = _bridge_file("kimi/kimi_bridge.py")
+    assert 'source="KimiK2ForCausalLM"' in kimi
+    assert 'source="DeepseekV3ForCausalLM"' in _bridge_file("deepseek/deepseek_v3_bridge.py")
+    auto = _bridge_file("conversion/auto_bridge.py")
+    assert auto.index("get_causal_lm_class_name_via_auto_map(config=config)") < auto.index(
+        "HF_ARCHITECTURE_ALIASES.get"
+    )
+    record = yaml.safe_load((ROOT / "matrix.yaml").read_text())["families"]["kimi"]["cannot_run"]
+    assert "KimiK2ForCausalLM" in record["why"] and "deepseek_v3" in record["why"]
+
+
+def test_sarvams_configuration_is_lings_under_sarvams_names() -> None:
+    """The tiny Sarvam's configuration file is Bridge's copy of Ling's, renamed: it must still load alone from
+    a checkpoint directory, and carry Sarvam's class and model type where transformers reads them."""
+    shell = tiny_remote.SHELLS["SarvamMoEForCausalLM"]
+    source = tiny_remote.renamed_config(
+        _bridge_file("bailing/configuration_bailing_moe_v2.py"), "BailingMoeV2Config", shell
+    )
+    assert tiny_remote.standalone_imports(source) == []
+    assert "class SarvamMoEConfig(" in source and 'model_type = "sarvam_moe"' in source
+    assert "BailingMoeV2Config" not in source and '"bailing_moe_v2"' not in source
+    with pytest.raises(ValueError, match="does not define NoSuchConfig"):
+        tiny_remote.renamed_config(source, "NoSuchConfig", shell)
+
+
+def test_a_shell_over_a_class_bridge_registers_is_built_with_the_base_configuration_renamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
+    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
+
+    package = tmp_path / "site" / "megatron" / "bridge" / "models" / "tiny_remote"
+    package.mkdir(parents=True)
+    (package / "configuration_tiny_remote.py").write_text(textwrap.dedent(FAKE_CONFIG))
+    (package / "__init__.py").write_text(textwrap.dedent(FAKE_PACKAGE))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    shell = tiny_remote.Shell(
+        "TinyRemoteForCausalLM",
+        "tiny_shell_test",
+        "configuration_tiny_shell.py",
+        "TinyShellConfig",
+        base_package="tiny_remote",
+    )
+    monkeypatch.setitem(tiny_remote.SHELLS, "TinyShellForCausalLM", shell)
+    matrix = tmp_path / "matrix.yaml"
+    fam = {"architectures": ["TinyShellForCausalLM"], "model": "x/y", "remote_code": "the checkpoint's own code"}
+    matrix.write_text(yaml.safe_dump({"families": {"tiny_shell": fam}}))
+    report = tmp_path / "report.json"
+    argv = [str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer(tmp_path / "tok")), "--matrix", str(matrix)]
+    rc = mtm.main([*argv, "--report", str(report)])
+    row = json.loads(report.read_text())["families"][0]
+    assert rc == 0, row
+    out = tmp_path / "out" / "tiny_shell"
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["auto_map"] == {"AutoConfig": "configuration_tiny_shell.TinyShellConfig"}
+    assert doc["architectures"] == ["TinyShellForCausalLM"] and doc["model_type"] == "tiny_shell_test"
+    assert "configuration_tiny_remote.py renamed" in " ".join(row["notes"])
+    probe = (
+        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
+        "trust_remote_code=True); print(type(c).__name__, c.model_type)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["TinyShellConfig", "tiny_shell_test"]

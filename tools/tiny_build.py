@@ -292,7 +292,7 @@ def build(family: Family, architecture: str, tokenizer_dir: Path, out_root: Path
         out.mkdir(parents=True)
         model.save_pretrained(out, safe_serialization=True)
         if architecture in SHELLS:
-            res.notes += write_shell(architecture, out)
+            res.notes += write_shell(architecture, out, config_class)
         elif not cls.__module__.startswith("transformers."):
             res.notes += write_auto_map(config_class, out)
         res.notes += release_names(architecture, out / "model.safetensors")

@@ -17,6 +17,7 @@ import ast
 import importlib
 import inspect
 import json
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -30,11 +31,12 @@ class Shell:
     architecture's (plus what `MTP_NAMING` adds), its configuration file subclasses that architecture's
     config under its own `model_type`, and its config.json names the file in `auto_map`."""
 
-    base: str  # the transformers architecture that builds the weights
+    base: str  # the architecture that builds the weights
     model_type: str
     config_file: str  # the file the release's auto_map names
     config_class: str
-    config_source: str  # what that file holds: the release's class, restated
+    config_source: str = ""  # what that file holds: the release's class restated (empty: the base's, renamed)
+    base_package: str = ""  # Bridge's models/<package>/ that registers the base (empty: transformers has it)
 
 
 # XiaomiMiMo's MiMo-7B: Qwen2 with `num_nextn_predict_layers` MTP layers under `model.mtp_layers.N` (the
@@ -50,18 +52,49 @@ class MiMoConfig(Qwen2Config):
         self.num_nextn_predict_layers = num_nextn_predict_layers
         super().__init__(*args, **kwargs)
 """
-SHELLS = {"MiMoForCausalLM": Shell("Qwen2ForCausalLM", "mimo", "configuration_mimo.py", "MiMoConfig", _MIMO_CONFIG)}
+SHELLS = {
+    "MiMoForCausalLM": Shell("Qwen2ForCausalLM", "mimo", "configuration_mimo.py", "MiMoConfig", _MIMO_CONFIG),
+    # Sarvam's sarvam-30b: vLLM 0.24's SarvamMoEForCausalLM is its BailingMoeForCausalLM unchanged, and Bridge's
+    # SarvamMoEBridge maps the same names as its Ling bridge and reads only keys Ling's configuration has. The
+    # release's own configuration file is not available offline, so Ling's (Bridge's copy) stands in for it
+    # under Sarvam's names.
+    "SarvamMoEForCausalLM": Shell(
+        "BailingMoeV2ForCausalLM",
+        "sarvam_moe",
+        "configuration_sarvam_moe.py",
+        "SarvamMoEConfig",
+        base_package="bailing",
+    ),
+}
 
 
-def write_shell(architecture: str, out: Path) -> list[str]:
+def renamed_config(source: str, old_class: str, shell: Shell) -> str:
+    """A base configuration file under the shell's class name and model type. Raises ValueError when the
+    file does not define the class and model type where a rename can find them."""
+    old_type = re.search(r'^\s+model_type\s*=\s*"([^"]+)"', source, re.M)
+    if f"class {old_class}(" not in source or old_type is None:
+        raise ValueError(f"the base configuration does not define {old_class} with a model_type to rename")
+    out = re.sub(rf"\b{old_class}\b", shell.config_class, source)
+    return out.replace(f'"{old_type.group(1)}"', f'"{shell.model_type}"')
+
+
+def write_shell(architecture: str, out: Path, config_class: Any = None) -> list[str]:
     """Make a checkpoint built with the shell's base architecture the release's: its model type and
     architecture in config.json, its configuration file beside it, named in `auto_map`."""
     shell = SHELLS[architecture]
-    (out / shell.config_file).write_text(shell.config_source)
+    source, note = shell.config_source, "the release's configuration restated"
+    if not source:
+        path = Path(inspect.getfile(config_class))
+        source, note = renamed_config(path.read_text(), config_class.__name__, shell), f"{path.name} renamed"
+        foreign = standalone_imports(source)
+        if foreign:
+            raise ValueError(f"{path.name} imports {', '.join(foreign)}: it cannot be loaded from the checkpoint alone")
+    (out / shell.config_file).write_text(source)
     entry = f"{Path(shell.config_file).stem}.{shell.config_class}"
     _update_config(out, model_type=shell.model_type, architectures=[architecture], auto_map={"AutoConfig": entry})
     return [
         f"remote code: {shell.base} weights as {architecture} (model_type {shell.model_type!r}), auto_map -> {entry}"
+        f" ({note})"
     ]
 
 
@@ -139,11 +172,14 @@ def _update_config(out: Path, **fields: Any) -> None:
 def remote_classes(package: str, architecture: str) -> tuple[Any, Any, str]:
     """(model class, config class, why not) for a family whose checkpoint ships its own code: a shell's
     base architecture from transformers, else the classes Bridge's package registers."""
-    if architecture in SHELLS:
+    shell = SHELLS.get(architecture)
+    if shell is not None and not shell.base_package:
         import transformers  # noqa: PLC0415
 
-        cls = getattr(transformers, SHELLS[architecture].base)
+        cls = getattr(transformers, shell.base)
         return cls, cls.config_class, ""
+    if shell is not None:
+        package, architecture = shell.base_package, shell.base
     failed = import_bridge_package(package)
     if failed:
         return None, None, failed
