@@ -117,6 +117,20 @@ DERIVED = "<derived by the config class>"
 # (with 64-wide ones the cell stopped on a global layer's weight shape, H200, 2026-12-04)
 _GEMMA4_TEXT = {"per_layer_config": DERIVED, "global_head_dim": 512}
 
+# the keys vLLM's Bailing class reads that Bridge's copy of Ling's configuration class leaves out (see below)
+_BAILING = {
+    "norm_topk_prob": True,
+    "score_function": "sigmoid",
+    "moe_router_enable_expert_bias": True,
+    "use_rmsnorm": True,
+    "router_dtype": "fp32",
+    # group-limited routing as the release has it (8 groups of 32 experts, the best 4 groups, top-8), shrunk to
+    # 2 groups of 4, the best group, top-2: the class default (8 groups, best 4) over 8 experts would give
+    # Megatron-Core top-(2 // 4) = top-0 experts per group to score the groups with
+    "n_group": 2,
+    "topk_group": 1,
+}
+
 # Per-architecture overrides, merged over the generic shrink, only where a generic rule cannot work.
 ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
     "Gemma4ForCausalLM": _GEMMA4_TEXT,
@@ -192,6 +206,12 @@ ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
         # score function from scoring_func (Megatron-Core refused the bias with softmax scores, H200, 2026-12-04)
         "scoring_func": "sigmoid",
     },
+    # Ling 2.0 (BailingMoeV2) and Sarvam-MoE, which vLLM 0.24 runs with its Bailing class: that class reads
+    # norm_topk_prob outright ("'BailingMoeV2Config' object has no attribute 'norm_topk_prob'", H100,
+    # 2026-12-06) and otherwise defaults to softmax routing, LayerNorm on query and key and a bf16 router,
+    # where Bridge's Ling bridge builds sigmoid routing with an expert bias, RMSNorm and an fp32 router
+    "BailingMoeV2ForCausalLM": _BAILING,
+    "SarvamMoEForCausalLM": _BAILING,
     # Qwen3-VL-MoE: vLLM's MoE block reads text_config.norm_topk_prob, which transformers 5.17's text config
     # class leaves out ("'Qwen3VLMoeTextConfig' object has no attribute 'norm_topk_prob'", H200, 2026-12-04)
     "Qwen3VLMoeForConditionalGeneration": {"text_config": {"norm_topk_prob": True}},
