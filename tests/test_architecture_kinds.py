@@ -65,3 +65,34 @@ def test_moe_quantisation_code_runs_qat_on_the_moe_model(matrix) -> None:
     cells = {c.variant: c for c in expand(matrix, sel) if c.level == 4}
     family = matrix.families[cells["qat"].family]
     assert family.has("moe") and cells["qat"].model == family.model.model  # the MoE family that ran for real
+
+
+HEADS = "src/megatron/bridge/models/common/heads.py"
+
+
+def _ran(family: str, functions: dict[str, frozenset[str]]):  # type: ignore[no-untyped-def]
+    from verl_e2e.plan.runtime import Ran
+
+    return Ran(0, "lora-ddp", family, "b" * 40, "v" * 40, functions)
+
+
+def test_code_its_users_family_ran_beside_other_families_is_shared_in_practice(matrix) -> None:
+    """Code one family's model files name (Ling's MTP head uses the last-layer linear) but every critic runs
+    is shared: once recorded cells of other families ran it, the users rule stays out, even when the
+    family's own cell is recorded running it too (it was not, before the twenty-first batch kept one)."""
+    change = ChangedFile(
+        HEADS,
+        diff_lines=("+        if getattr(self, 'perform_initialization', True):",),
+        scopes=("LinearForLastLayer", "reset_parameters"),
+        module_level=False,
+        functions=("LinearForLastLayer.reset_parameters",),
+        serves=("BailingMoeV2ForCausalLM",),
+    )
+    ran = {HEADS: frozenset({"LinearForLastLayer.reset_parameters"})}
+    alone = select(matrix, [change])
+    assert "bailing" in alone.targets[0] and "bailing" in alone.targets[4]  # the users rule, without records
+    for records in ([_ran("qwen", ran)], [_ran("qwen", ran), _ran("bailing", ran)]):
+        sel = select(matrix, [change], ran=records)
+        rules = {r.rule for reasons in sel.reasons.values() for r in reasons}
+        assert "shared-code-users" not in rules, sel.reasons
+        assert 4 not in sel.levels

@@ -252,7 +252,9 @@ def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> 
 
 
 def _ran_elsewhere(ran: Sequence[Ran], file: ChangedFile, family: str) -> bool:
-    """Recorded cells of other families than `family` ran every changed function (exact scopes only)."""
+    """Recorded cells of other families than `family` ran every changed function (exact scopes only),
+    whether or not `family`'s own cell ran it too: code every critic builds is shared once a Ling cell is
+    recorded running it beside Qwen's."""
     if not file.functions or file.module_level:
         return False
     by = {
@@ -261,7 +263,7 @@ def _ran_elsewhere(ran: Sequence[Ran], file: ChangedFile, family: str) -> bool:
         for p in file.paths
         if all(f in {q.replace(".<locals>", "") for q in r.functions.get(p, ())} for f in file.functions)
     }
-    return bool(by) and family not in by
+    return bool(by - {family})
 
 
 def _users(scan: _Scan, file: ChangedFile) -> bool:
