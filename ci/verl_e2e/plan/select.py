@@ -252,9 +252,7 @@ def _new_definitions(scan: _Scan, file: ChangedFile, names: tuple[str, ...]) -> 
 
 
 def _ran_elsewhere(ran: Sequence[Ran], file: ChangedFile, family: str) -> bool:
-    """Recorded cells of other families than `family` ran every changed function (exact scopes only),
-    whether or not `family`'s own cell ran it too: code every critic builds is shared once a Ling cell is
-    recorded running it beside Qwen's."""
+    """Cells of other families than `family` ran every changed function (exact scopes), whatever its own did."""
     if not file.functions or file.module_level:
         return False
     by = {
