@@ -11,6 +11,7 @@ import sys
 import tarfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -91,38 +92,52 @@ AutoModelForCausalLM.register(TinyRemoteConfig, TinyRemoteForCausalLM, exist_ok=
 """
 
 
-def test_a_registered_architecture_is_built_with_its_configuration_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _fake_bridge_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put the stand-in Bridge package (FAKE_PACKAGE) on the path; skip where the build cannot run."""
     pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
     pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
-
     package = tmp_path / "site" / "megatron" / "bridge" / "models" / "tiny_remote"
     package.mkdir(parents=True)
     (package / "configuration_tiny_remote.py").write_text(textwrap.dedent(FAKE_CONFIG))
     (package / "__init__.py").write_text(textwrap.dedent(FAKE_PACKAGE))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+def _build_one(tmp_path: Path, family: str, architecture: str) -> tuple[dict[str, Any], Path]:
+    """Build one remote-code family of a one-family matrix: (its report row, its checkpoint directory)."""
     matrix = tmp_path / "matrix.yaml"
-    fam = {"architectures": ["TinyRemoteForCausalLM"], "model": "x/y", "remote_code": "the checkpoint's own code"}
-    matrix.write_text(yaml.safe_dump({"families": {"tiny_remote": fam}}))
+    fam = {"architectures": [architecture], "model": "x/y", "remote_code": "the checkpoint's own code"}
+    matrix.write_text(yaml.safe_dump({"families": {family: fam}}))
     report = tmp_path / "report.json"
     argv = [str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer(tmp_path / "tok")), "--matrix", str(matrix)]
     rc = mtm.main([*argv, "--report", str(report)])
-    row = json.loads(report.read_text())["families"][0]
+    row: dict[str, Any] = json.loads(report.read_text())["families"][0]
     assert rc == 0, row
-    out = tmp_path / "out" / "tiny_remote"
+    return row, tmp_path / "out" / family
+
+
+def _load_in_a_fresh_process(out: Path, *fields: str) -> list[str]:
+    """The config's class name and `fields`, read by a process that never imported the package: only the
+    configuration file beside the weights can give it the class."""
+    probe = (
+        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
+        "trust_remote_code=True); print(type(c).__name__, *(getattr(c, f) for f in sys.argv[2:]))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(out), *fields], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+def test_a_registered_architecture_is_built_with_its_configuration_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_bridge_package(tmp_path, monkeypatch)
+    _row, out = _build_one(tmp_path, "tiny_remote", "TinyRemoteForCausalLM")
     doc = json.loads((out / "config.json").read_text())
     assert doc["auto_map"] == {"AutoConfig": "configuration_tiny_remote.TinyRemoteConfig"}
     assert doc["architectures"] == ["TinyRemoteForCausalLM"] and doc["model_type"] == "tiny_remote_test"
     assert (out / "configuration_tiny_remote.py").read_text() == textwrap.dedent(FAKE_CONFIG)
-    # a process that never imported the package reads the config only through the copied file
-    probe = (
-        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
-        "trust_remote_code=True); print(type(c).__name__, c.num_hidden_layers)"
-    )
-    done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["TinyRemoteConfig", str(doc["num_hidden_layers"])]
+    assert _load_in_a_fresh_process(out, "num_hidden_layers") == ["TinyRemoteConfig", str(doc["num_hidden_layers"])]
 
 
 def test_a_shell_release_is_written_with_its_own_model_type_and_configuration_file(tmp_path: Path) -> None:
@@ -154,13 +169,7 @@ def test_a_tiny_mimo_has_every_mtp_weight_bridges_mimo_bridge_maps(tmp_path: Pat
     source = _bridge_file("mimo/mimo_bridge.py")
     mapped = {m.replace("*", "0") for m in re.findall(r"\"(model\.mtp_layers\.\*\.[^\"]+)\"", source)}
     assert len(mapped) >= 14 and mapped <= names, sorted(mapped - names)
-    probe = (
-        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
-        "trust_remote_code=True); print(type(c).__name__, c.model_type, c.num_nextn_predict_layers)"
-    )
-    done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["MiMoConfig", "mimo", "1"]
+    assert _load_in_a_fresh_process(out, "model_type", "num_nextn_predict_layers") == ["MiMoConfig", "mimo", "1"]
 
 
 def test_the_kimi_record_holds_in_bridges_own_files() -> None:
@@ -196,14 +205,7 @@ def test_sarvams_configuration_is_lings_under_sarvams_names() -> None:
 def test_a_shell_over_a_class_bridge_registers_is_built_with_the_base_configuration_renamed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("torch", reason="torch is not installed: the tiny-model builds run on the GPU node")
-    pytest.importorskip("transformers", reason="transformers is not installed: the tiny-model builds need it")
-
-    package = tmp_path / "site" / "megatron" / "bridge" / "models" / "tiny_remote"
-    package.mkdir(parents=True)
-    (package / "configuration_tiny_remote.py").write_text(textwrap.dedent(FAKE_CONFIG))
-    (package / "__init__.py").write_text(textwrap.dedent(FAKE_PACKAGE))
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    _fake_bridge_package(tmp_path, monkeypatch)
     shell = tiny_remote.Shell(
         "TinyRemoteForCausalLM",
         "tiny_shell_test",
@@ -212,23 +214,9 @@ def test_a_shell_over_a_class_bridge_registers_is_built_with_the_base_configurat
         base_package="tiny_remote",
     )
     monkeypatch.setitem(tiny_remote.SHELLS, "TinyShellForCausalLM", shell)
-    matrix = tmp_path / "matrix.yaml"
-    fam = {"architectures": ["TinyShellForCausalLM"], "model": "x/y", "remote_code": "the checkpoint's own code"}
-    matrix.write_text(yaml.safe_dump({"families": {"tiny_shell": fam}}))
-    report = tmp_path / "report.json"
-    argv = [str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer(tmp_path / "tok")), "--matrix", str(matrix)]
-    rc = mtm.main([*argv, "--report", str(report)])
-    row = json.loads(report.read_text())["families"][0]
-    assert rc == 0, row
-    out = tmp_path / "out" / "tiny_shell"
+    row, out = _build_one(tmp_path, "tiny_shell", "TinyShellForCausalLM")
     doc = json.loads((out / "config.json").read_text())
     assert doc["auto_map"] == {"AutoConfig": "configuration_tiny_shell.TinyShellConfig"}
     assert doc["architectures"] == ["TinyShellForCausalLM"] and doc["model_type"] == "tiny_shell_test"
     assert "configuration_tiny_remote.py renamed" in " ".join(row["notes"])
-    probe = (
-        "import sys; from transformers import AutoConfig; c = AutoConfig.from_pretrained(sys.argv[1], "
-        "trust_remote_code=True); print(type(c).__name__, c.model_type)"
-    )
-    done = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["TinyShellConfig", "tiny_shell_test"]
+    assert _load_in_a_fresh_process(out, "model_type") == ["TinyShellConfig", "tiny_shell_test"]
