@@ -86,9 +86,7 @@ def write_shell(architecture: str, out: Path, config_class: Any = None) -> list[
     if not source:
         path = Path(inspect.getfile(config_class))
         source, note = renamed_config(path.read_text(), config_class.__name__, shell), f"{path.name} renamed"
-        foreign = standalone_imports(source)
-        if foreign:
-            raise ValueError(f"{path.name} imports {', '.join(foreign)}: it cannot be loaded from the checkpoint alone")
+        _must_load_alone(path.name, source)
     (out / shell.config_file).write_text(source)
     entry = f"{Path(shell.config_file).stem}.{shell.config_class}"
     _update_config(out, model_type=shell.model_type, architectures=[architecture], auto_map={"AutoConfig": entry})
@@ -143,6 +141,13 @@ def standalone_imports(source: str) -> list[str]:
     return sorted(set(out))
 
 
+def _must_load_alone(name: str, source: str) -> None:
+    """Raise ValueError when a configuration file imports what a checkpoint directory cannot hold."""
+    foreign = standalone_imports(source)
+    if foreign:
+        raise ValueError(f"{name} imports {', '.join(foreign)}: it cannot be loaded from the checkpoint alone")
+
+
 def auto_map_entry(config_class: Any) -> tuple[Path, str]:
     """The file defining the config class and its `auto_map` entry (`<module file stem>.<class name>`)."""
     path = Path(inspect.getfile(config_class))
@@ -153,9 +158,7 @@ def write_auto_map(config_class: Any, out: Path) -> list[str]:
     """Copy the configuration file beside the checkpoint and name it in config.json's `auto_map`, as the
     release does. Raises ValueError when the file imports what a checkpoint directory cannot hold."""
     path, entry = auto_map_entry(config_class)
-    foreign = standalone_imports(path.read_text())
-    if foreign:
-        raise ValueError(f"{path.name} imports {', '.join(foreign)}: it cannot be loaded from the checkpoint alone")
+    _must_load_alone(path.name, path.read_text())
     shutil.copy2(path, out / path.name)
     _update_config(out, auto_map={"AutoConfig": entry})
     return [f"remote code: config.json auto_map AutoConfig -> {entry}, {path.name} copied from Bridge"]
